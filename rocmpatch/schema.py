@@ -1,0 +1,254 @@
+"""The two files rocmpatch reads: patchsets/series.yaml (written by people) and upstream.lock
+(written by `rocmpatch lock`). Both are validated on load; an error names the file, the line and
+the key, and what was expected.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rocmpatch.errors import InvalidInput
+
+SERIES_FILE = "series.yaml"
+LOCK_FILE = "upstream.lock"
+LOCK_VERSION = 1
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+_PATCH_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.(patch|diff)")
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    """One patch as authored: what it does, why, and where it came from (in the spirit of DEP-3)."""
+
+    name: str
+    file: str
+    summary: str
+    description: str
+    why: str
+    author: str
+    origin: str
+    forwarded: str
+    last_update: str
+
+
+@dataclass(frozen=True)
+class Series:
+    directory: Path
+    entries: tuple[SeriesEntry, ...]
+
+    def patch_path(self, entry: SeriesEntry) -> Path:
+        return self.directory / entry.file
+
+
+@dataclass(frozen=True)
+class LockedPatch:
+    name: str
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Upstream:
+    url: str
+    ref: str
+    commit: str
+    tree: str
+
+
+@dataclass(frozen=True)
+class Lock:
+    upstream: Upstream
+    patches: tuple[LockedPatch, ...]
+    patched_tree: str
+
+    def to_yaml(self) -> str:
+        data = {
+            "version": LOCK_VERSION,
+            "upstream": {
+                "url": self.upstream.url,
+                "ref": self.upstream.ref,
+                "commit": self.upstream.commit,
+                "tree": self.upstream.tree,
+            },
+            "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256} for p in self.patches],
+            "patched_tree": self.patched_tree,
+        }
+        header = "# Written by `rocmpatch lock` from patchsets/series.yaml; do not edit by hand.\n"
+        return header + yaml.safe_dump(data, sort_keys=False)
+
+
+_SERIES_FIELDS = {
+    "name": "a short lowercase name such as 'softmax'",
+    "file": "the patch file name in patchsets/, ending in .patch",
+    "summary": "one line saying what the patch does",
+    "description": "what the patch changes",
+    "why": "why the change is needed",
+    "author": "who wrote it",
+    "origin": "where it comes from ('rocmpatch', or an upstream commit URL)",
+    "forwarded": "'no', 'not-needed', or where it was sent upstream",
+    "last-update": "the date of the last change, YYYY-MM-DD",
+}
+
+
+def load_series(directory: Path) -> Series:
+    path = directory / SERIES_FILE
+    root = _load_mapping(path, {"series": "the ordered list of patches"})
+    items = root.get("series")
+    if not isinstance(items, _Node) or not isinstance(items.value, list) or not items.value:
+        raise InvalidInput(_where(path, root.line_of("series"), "series"), "expected a non-empty list of patches")
+    entries: list[SeriesEntry] = []
+    for index, item in enumerate(items.value):
+        key = f"series[{index}]"
+        fields = _mapping(path, item, key, _SERIES_FIELDS)
+        values = {f: _string(path, fields, f, f"{key}.{f}", _SERIES_FIELDS[f]) for f in _SERIES_FIELDS}
+        _match(path, fields, "name", key, _NAME, values["name"])
+        _match(path, fields, "file", key, _PATCH_FILE, values["file"])
+        if "\n" in values["summary"].strip():
+            raise InvalidInput(_where(path, fields.line_of("summary"), f"{key}.summary"), "expected a single line")
+        entries.append(
+            SeriesEntry(
+                name=values["name"], file=values["file"], summary=values["summary"].strip(),
+                description=values["description"].strip(), why=values["why"].strip(),
+                author=values["author"], origin=values["origin"], forwarded=values["forwarded"],
+                last_update=values["last-update"],
+            )
+        )
+    for field in ("name", "file"):
+        seen: set[str] = set()
+        for index, entry in enumerate(entries):
+            value = getattr(entry, field)
+            if value in seen:
+                raise InvalidInput(_where(path, items.value[index].lineno, f"series[{index}].{field}"), f"duplicate {field} {value!r}")
+            seen.add(value)
+    return Series(directory=directory, entries=tuple(entries))
+
+
+def load_lock(path: Path) -> Lock:
+    root = _load_mapping(
+        path,
+        {"version": "the lock format version", "upstream": "the pinned commit",
+         "patches": "the sha256 of each patch", "patched_tree": "the tree id after the series"},
+    )
+    version = root.get("version")
+    if version is None or version.value != str(LOCK_VERSION):
+        raise InvalidInput(_where(path, root.line_of("version"), "version"), f"expected version: {LOCK_VERSION}", hint="regenerate it with 'rocmpatch lock'")
+    upstream_fields = {"url": "the upstream git URL", "ref": "the tag or branch name of the pin",
+                       "commit": "the full 40-hex commit id", "tree": "the 40-hex tree id of that commit"}
+    upstream = _mapping(path, root.get("upstream"), "upstream", upstream_fields)
+    up = {f: _string(path, upstream, f, f"upstream.{f}", d) for f, d in upstream_fields.items()}
+    for field in ("commit", "tree"):
+        if not _HEX40.fullmatch(up[field]):
+            raise InvalidInput(
+                _where(path, upstream.line_of(field), f"upstream.{field}"),
+                f"expected a full 40-hex {'commit' if field == 'commit' else 'tree'} id, got {up[field]!r}",
+                hint="a ref or branch name belongs in upstream.ref; run 'rocmpatch lock'",
+            )
+    patches_node = root.get("patches")
+    if patches_node is None or not isinstance(patches_node.value, list):
+        raise InvalidInput(_where(path, root.line_of("patches"), "patches"), "expected a list of {name, file, sha256}")
+    patch_fields = {"name": "the patch name", "file": "the patch file", "sha256": "the file's sha256"}
+    patches = []
+    for index, item in enumerate(patches_node.value):
+        key = f"patches[{index}]"
+        fields = _mapping(path, item, key, patch_fields)
+        values = {f: _string(path, fields, f, f"{key}.{f}", d) for f, d in patch_fields.items()}
+        _match(path, fields, "sha256", key, _HEX64, values["sha256"])
+        patches.append(LockedPatch(values["name"], values["file"], values["sha256"]))
+    tree = root.get("patched_tree")
+    if tree is None or not isinstance(tree.value, str) or not _HEX40.fullmatch(tree.value):
+        raise InvalidInput(_where(path, root.line_of("patched_tree"), "patched_tree"), "expected the 40-hex tree id of the patched tree")
+    return Lock(Upstream(**up), tuple(patches), tree.value)
+
+
+def is_full_commit_id(value: str) -> bool:
+    return bool(_HEX40.fullmatch(value))
+
+
+# --- a small YAML reader that keeps line numbers ------------------------------------------
+
+
+@dataclass
+class _Node:
+    value: Any  # str, list[_Node], or dict[str, _Node]
+    lineno: int  # 1-based
+
+    def get(self, key: str) -> "_Node | None":
+        return self.value.get(key) if isinstance(self.value, dict) else None
+
+    def line_of(self, key: str) -> int:
+        """The line of `key`, or of this mapping when the key is missing."""
+        node = self.get(key)
+        return node.lineno if node else self.lineno
+
+
+def _to_node(node: yaml.Node) -> _Node:
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        return _Node({str(k.value): _to_node(v) for k, v in node.value}, line)
+    if isinstance(node, yaml.SequenceNode):
+        return _Node([_to_node(v) for v in node.value], line)
+    return _Node(node.value, line)
+
+
+def _load_mapping(path: Path, allowed: dict[str, str]) -> _Node:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(path, "file not found") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(path, f"not UTF-8 text ({exc.reason})") from None
+    try:
+        composed = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InvalidInput(where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if composed is None:
+        raise InvalidInput(path, "the file is empty")
+    return _mapping(path, _to_node(composed), None, allowed)
+
+
+def _mapping(path: Path, node: _Node | None, key: str | None, allowed: dict[str, str]) -> _Node:
+    if node is None or not isinstance(node.value, dict):
+        line = node.lineno if node else None
+        raise InvalidInput(_where(path, line, key), f"expected a mapping with keys {', '.join(allowed)}")
+    for name, child in node.value.items():
+        if name not in allowed:
+            raise InvalidInput(_where(path, child.lineno, _join(key, name)), f"unknown key; expected one of {', '.join(allowed)}")
+    return node
+
+
+def _string(path: Path, node: _Node, field: str, key: str, description: str) -> str:
+    child = node.get(field)
+    if child is None:
+        raise InvalidInput(_where(path, node.lineno, key), f"missing; expected {description}")
+    if not isinstance(child.value, str) or not child.value.strip():
+        raise InvalidInput(_where(path, child.lineno, key), f"expected {description} as a non-empty string")
+    return child.value
+
+
+def _match(path: Path, node: _Node, field: str, key: str, pattern: re.Pattern, value: str) -> None:
+    if not pattern.fullmatch(value):
+        raise InvalidInput(_where(path, node.line_of(field), f"{key}.{field}"), f"{value!r} is not a valid {field}", hint=_SERIES_FIELDS.get(field, pattern.pattern))
+
+
+def _join(parent: str | None, key: str) -> str:
+    return f"{parent}.{key}" if parent else key
+
+
+def _where(path: Path, line: int | None, key: str | None) -> str:
+    place = f"{path}:{line}" if line else str(path)
+    return f"{place}: {key}" if key else place
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()
