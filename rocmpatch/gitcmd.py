@@ -379,3 +379,10 @@ def worktree_tree(repo: git.Repo) -> str:
 def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
     """A patch from old_tree to new_tree that `git apply` takes back (binary-safe, full ids)."""
     return run_bytes(repo, "diff", "--binary", "--full-index", "--no-renames", old_tree, new_tree)
+
+
+def has_object(repo: git.Repo, sha: str) -> bool:
+    try:
+        return bool(repo.odb.has_object(bytes.fromhex(sha)))
+    except (ValueError, GitCommandError):
+        return False
