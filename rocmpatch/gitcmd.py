@@ -28,7 +28,6 @@ from git.exc import (  # noqa: E402
     InvalidGitRepositoryError,
     NoSuchPathError,
 )
-from git.index.typ import BaseIndexEntry, IndexEntry  # noqa: E402
 from gitdb.base import IStream  # noqa: E402
 
 from rocmpatch.errors import EnvironmentProblem, TargetRefused, UpstreamError  # noqa: E402
@@ -231,24 +230,24 @@ def write_tree(repo: git.Repo, base_tree: str, changes: dict[str, bytes | None],
     """A new tree: base_tree with `changes` ({path: bytes, or None to delete}) written over it.
 
     Uses a temporary index file, so neither the repository's index nor any working tree changes.
+    A changed file keeps its mode in base_tree; a new one gets modes[path] or 100644.
     """
     modes = modes or {}
-    existing = list_tree(repo, base_tree)
-
-    def build():
-        # An in-memory index built from the tree: IndexFile.from_tree would swap the user's
-        # .git/index aside while it works, and add/remove insist on that default index.
-        # We never call index.write(), so the repository's index is never touched.
-        index = git.IndexFile.new(repo, base_tree)
-        for path, data in changes.items():
-            index.entries.pop((path, 0), None)
-            if data is not None:
-                mode = modes.get(path, existing[path].mode if path in existing else REGULAR_MODE)
-                base = BaseIndexEntry((mode, bytes.fromhex(write_blob(repo, data)), 0, path))
-                index.entries[(path, 0)] = IndexEntry.from_base(base)
-        return index.write_tree().hexsha
-
-    return _guard(build)
+    existing = list_tree(repo, base_tree) if changes else {}
+    records = []
+    for path, data in changes.items():
+        if data is None:
+            records.append(f"0 {'0' * 40}\t{path}")  # mode 0 removes the entry
+        else:
+            mode = existing[path].mode if path in existing else modes.get(path, REGULAR_MODE)
+            records.append(f"{mode:o} {write_blob(repo, data)}\t{path}")
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-index-") as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        run_bytes(repo, "read-tree", base_tree, env=env)
+        if records:
+            stdin = "".join(r + "\0" for r in records).encode("utf-8", "surrogateescape")
+            run_bytes(repo, "update-index", "-z", "--index-info", stdin=stdin, env=env)
+        return run_bytes(repo, "write-tree", env=env).decode().strip()
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ class SeriesApplier:
     def __init__(self, repo: git.Repo, base_tree: str) -> None:
         self.repo, self.base_tree = repo, base_tree
         self.reader = gitcmd.TreeReader(repo, base_tree)
-        self.changes: dict[str, bytes | None] = {}
+        self.changes: dict[str, bytes | None] = {}  # everything since base_tree
         self.modes: dict[str, int] = {}
+        self._tree, self._unwritten = base_tree, {}  # the last tree written, and changes since
 
     def read(self, path: str) -> bytes | None:
         return self.changes[path] if path in self.changes else self.reader.read(path)
@@ -38,14 +39,19 @@ class SeriesApplier:
     def apply(self, loaded: LoadedPatch) -> None:
         """Apply one more patch; on PatchConflict / InvalidInput nothing of it is kept."""
         refuse_symlinks(self.reader, loaded)
-        self.changes.update(apply_patch(loaded.patch, self.read))
+        changes = apply_patch(loaded.patch, self.read)
+        self.changes.update(changes)
+        self._unwritten.update(changes)
         for file_patch in loaded.patch.files:
             if file_patch.old_path is None and file_patch.new_path:
                 self.modes[file_patch.new_path] = int(file_patch.new_mode, 8)
 
     def tree(self) -> str:
         """The tree id of the current state (written to the repository's object store)."""
-        return gitcmd.write_tree(self.repo, self.base_tree, self.changes, self.modes)
+        if self._unwritten:  # only this step's files are written: the rest is in the last tree
+            self._tree = gitcmd.write_tree(self.repo, self._tree, self._unwritten, self.modes)
+            self._unwritten = {}
+        return self._tree
 
 
 def patch_trees(repo: git.Repo, base_tree: str, patches: Iterable[LoadedPatch]) -> list[Step]:
