@@ -13,7 +13,7 @@ def run(*, target: Path, series_dir: Path | None, force: bool) -> ExitCode:
     if result.recovered:
         out.print(f"finished the interrupted '{result.recovered}' first", markup=False)
     if result.saved_edits:
-        out.print(f"saved your uncommitted edits to {result.saved_edits} (restore with: git -C {target} apply {result.saved_edits})", markup=False)
+        out.print(f"saved your uncommitted edits to {result.saved_edits}\n  (they are relative to the patched tree: rocmpatch apply --target {target} && git -C {target} apply {result.saved_edits})", markup=False)
     for name in result.removed:
         out.print(f"  removed  {name}", markup=False)
     out.print(f"{target}: at the pristine pinned commit" + ("" if result.removed else " (nothing was applied)"), markup=False)
