@@ -241,7 +241,28 @@ def full_tree_cases():
         results["legacy_softmax"] = legacy_softmax_forward()
     except BaseException as exc:
         results["legacy_softmax"] = {"error": error(exc)}
+    try:
+        results["initialize"] = initialize_steps()
+    except BaseException as exc:
+        results["initialize"] = {"error": error(exc)}
     return results
+
+
+def initialize_steps():
+    """fused_kernels.load as _compile_dependencies calls it, and set_jit_fusion_options' flags."""
+    import torch
+    from megatron import fused_kernels, initialize
+
+    fused_kernels.load(types.SimpleNamespace(rank=0))
+    initialize._warmup_jit_function = lambda: None  # needs a GPU and global args
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        initialize.set_jit_fusion_options()
+    return {
+        "fused_kernels_load": "ok",
+        "texpr_fuser_enabled": torch._C._jit_texpr_fuser_enabled(),
+        "nvfuser_warnings": [str(w.message) for w in caught if "nvfuser" in str(w.message)],
+    }
 
 
 def validate_gpt_args():

@@ -66,3 +66,11 @@ def test_legacy_default_bf16_softmax_runs_without_extension(patched_results):
     assert result.get("fused_path") is True, result
     assert result["dtype"] == "torch.bfloat16"
     assert result["forward_err"] <= 1.6e-2
+
+
+def test_initialize_steps_run_on_cpu(patched_results):
+    assert patched_results["initialize"] == {
+        "fused_kernels_load": "ok",  # no nvcc probe without CUDA_HOME
+        "texpr_fuser_enabled": True,  # torch >= 2.2: TorchScript's default fuser kept
+        "nvfuser_warnings": [],
+    }
