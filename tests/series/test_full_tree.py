@@ -4,6 +4,9 @@ the patched tree imports and validates its arguments with no NVIDIA-only package
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from rocmpatch.patching import apply_series
@@ -15,6 +18,17 @@ def test_series_applies_exactly_to_the_pin(pin_tree):
     changes = apply_series(series_patches(), read_tree(pin_tree))
     assert "megatron/core/fusions/fused_softmax.py" in changes
     assert all(data is not None for data in changes.values()), "the series deletes no file"
+
+
+def test_rocmpatch_check_passes(upstream_mirror):
+    """`rocmpatch check` (the engine's command; skipped until it is merged) applies the series
+    exactly to the pin and finds upstream.lock up to date."""
+    pytest.importorskip("rocmpatch.commands.check")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocmpatch", "check", "--series-dir", str(PATCHSETS), "--upstream-url", str(upstream_mirror)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_part1_patch_files_are_format_patch_output(upstream_mirror, tmp_path):
