@@ -22,12 +22,12 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 import git  # noqa: E402  (GitPython)
 from git.exc import (  # noqa: E402
     BadName,
+    BadObject,
     GitCommandError,
     GitCommandNotFound,
     InvalidGitRepositoryError,
     NoSuchPathError,
 )
-from git.index.typ import BaseIndexEntry, IndexEntry  # noqa: E402
 from gitdb.base import IStream  # noqa: E402
 
 from rocmpatch.errors import EnvironmentProblem, TargetRefused, UpstreamError  # noqa: E402
@@ -93,20 +93,28 @@ def run(repo: git.Repo | Path, *args: str, stdin: bytes | None = None) -> str:
     return run_bytes(repo, *args, stdin=stdin).decode("utf-8", "surrogateescape").rstrip("\n")
 
 
-def run_bytes(repo: git.Repo | Path, *args: str, stdin: bytes | None = None) -> bytes:
+def run_bytes(repo: git.Repo | Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
     runner = repo.git if isinstance(repo, git.Repo) else git.Git(str(repo))
-    kwargs = {"stdout_as_string": False, "strip_newline_in_stdout": False}
+    kwargs = {"stdout_as_string": False, "strip_newline_in_stdout": False, "env": env}
     if stdin is not None:
-        return _guard(lambda: _run_with_input(runner, args, stdin))
+        return _guard(lambda: _run_with_input(runner, args, stdin, kwargs))
     return _guard(lambda: runner.execute(["git", *args], **kwargs))
 
 
-def _run_with_input(runner: git.Git, args: tuple[str, ...], stdin: bytes) -> bytes:
+def _run_with_input(runner: git.Git, args: tuple[str, ...], stdin: bytes, kwargs: dict) -> bytes:
     # GitPython wants a real file as stdin.
     with tempfile.TemporaryFile() as handle:
         handle.write(stdin)
         handle.seek(0)
-        return runner.execute(["git", *args], istream=handle, stdout_as_string=False, strip_newline_in_stdout=False)
+        return runner.execute(["git", *args], istream=handle, **kwargs)
+
+
+def require_git() -> None:
+    """Fail early, before anything is created, when git is not installed."""
+    try:
+        git.Git().execute(["git", "--version"])
+    except GitCommandNotFound:
+        raise _git_missing() from None
 
 
 def resolve_commit(repo: git.Repo, rev: str) -> str | None:
@@ -222,24 +230,24 @@ def write_tree(repo: git.Repo, base_tree: str, changes: dict[str, bytes | None],
     """A new tree: base_tree with `changes` ({path: bytes, or None to delete}) written over it.
 
     Uses a temporary index file, so neither the repository's index nor any working tree changes.
+    A changed file keeps its mode in base_tree; a new one gets modes[path] or 100644.
     """
     modes = modes or {}
-    existing = list_tree(repo, base_tree)
-
-    def build():
-        # An in-memory index built from the tree: IndexFile.from_tree would swap the user's
-        # .git/index aside while it works, and add/remove insist on that default index.
-        # We never call index.write(), so the repository's index is never touched.
-        index = git.IndexFile.new(repo, base_tree)
-        for path, data in changes.items():
-            index.entries.pop((path, 0), None)
-            if data is not None:
-                mode = modes.get(path, existing[path].mode if path in existing else REGULAR_MODE)
-                base = BaseIndexEntry((mode, bytes.fromhex(write_blob(repo, data)), 0, path))
-                index.entries[(path, 0)] = IndexEntry.from_base(base)
-        return index.write_tree().hexsha
-
-    return _guard(build)
+    existing = list_tree(repo, base_tree) if changes else {}
+    records = []
+    for path, data in changes.items():
+        if data is None:
+            records.append(f"0 {'0' * 40}\t{path}")  # mode 0 removes the entry
+        else:
+            mode = existing[path].mode if path in existing else modes.get(path, REGULAR_MODE)
+            records.append(f"{mode:o} {write_blob(repo, data)}\t{path}")
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-index-") as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        run_bytes(repo, "read-tree", base_tree, env=env)
+        if records:
+            stdin = "".join(r + "\0" for r in records).encode("utf-8", "surrogateescape")
+            run_bytes(repo, "update-index", "-z", "--index-info", stdin=stdin, env=env)
+        return run_bytes(repo, "write-tree", env=env).decode().strip()
 
 
 @dataclass(frozen=True)
@@ -298,3 +306,85 @@ def _last_line(text: str | bytes | None) -> str:
 
 def commit_date(repo: git.Repo, commit: str) -> datetime.datetime:
     return repo.commit(commit).committed_datetime
+
+
+# --- working trees: status, moving between trees, snapshots -----------------------------
+
+
+def head_commit(repo: git.Repo) -> str | None:
+    return resolve_commit(repo, "HEAD")
+
+
+def git_dir(repo: git.Repo) -> Path:
+    return Path(repo.git_dir)
+
+
+def dirty_paths(repo: git.Repo) -> list[tuple[str, str]]:
+    """(status, path) for every path whose working tree or index differs from HEAD, untracked
+    files included (ignored files are not)."""
+    out = run_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none")
+    found = []
+    for record in out.split(b"\0"):
+        if record:
+            text = record.decode("utf-8", "surrogateescape")
+            found.append((text[:2], text[3:]))
+    return found
+
+
+def move_tree(repo: git.Repo, old_tree: str, new_tree: str) -> None:
+    """Update index and working tree from old_tree to new_tree, touching only files that differ.
+
+    Two-tree `read-tree -m -u` refuses (changing nothing) when a file it must change has local edits.
+    """
+    run(repo, "read-tree", "-m", "-u", old_tree, new_tree)
+
+
+def force_tree(repo: git.Repo, tree: str) -> None:
+    """Make index and working tree exactly `tree`, overwriting local changes (used only after
+    the caller checked that nothing of the user's would be lost)."""
+    run(repo, "read-tree", "--reset", "-u", tree)
+
+
+def update_ref(repo: git.Repo, ref: str, new: str, old: str | None = None, *, message: str = "rocmpatch") -> None:
+    """Point ref at new; with old, only if it still points at old (compare-and-swap)."""
+    run(repo, "update-ref", "-m", message, ref, new, *([old] if old else []))
+
+
+def hash_files(repo: git.Repo, paths: list[str]) -> dict[str, str | None]:
+    """Blob ids of working-tree files as git would store them; None for a missing file."""
+    root = Path(repo.working_tree_dir)
+    present = [p for p in paths if (root / p).is_file() or (root / p).is_symlink()]
+    result: dict[str, str | None] = {p: None for p in paths}
+    if present:
+        out = run(repo, "hash-object", "--stdin-paths", stdin="".join(p + "\n" for p in present).encode("utf-8", "surrogateescape"))
+        result.update(zip(present, out.split("\n")))
+    return result
+
+
+def changed_paths(repo: git.Repo, old_tree: str, new_tree: str) -> list[str]:
+    out = run_bytes(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", old_tree, new_tree)
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def worktree_tree(repo: git.Repo) -> str:
+    """A tree id of the working tree as it is (untracked files included, ignored ones not),
+    built in a temporary index so the repository's own index is left alone."""
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        run_bytes(repo, "read-tree", "HEAD", env=env)
+        run_bytes(repo, "add", "-A", "--", ".", env=env)
+        return run_bytes(repo, "write-tree", env=env).decode().strip()
+
+
+def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
+    """A patch from old_tree to new_tree that `git apply` takes back (binary-safe, full ids)."""
+    return run_bytes(repo, "diff", "--binary", "--full-index", "--no-renames", old_tree, new_tree)
+
+
+def has_object(repo: git.Repo, sha: str) -> bool:
+    # odb.has_object only looks at loose objects; info() asks git (packs included).
+    try:
+        repo.odb.info(bytes.fromhex(sha))
+        return True
+    except (ValueError, GitCommandError, BadName, BadObject):
+        return False
