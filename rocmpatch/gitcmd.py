@@ -411,3 +411,84 @@ def renames_between(repo: git.Repo, old: str, new: str, paths: Iterable[str]) ->
             found.setdefault(path, Rename("D", path, None, None))
         index += 2
     return found
+
+
+# --- 3-way merges and scratch repositories (rebase) ------------------------------------------
+
+
+def objects_dir(repo: git.Repo) -> Path:
+    """The object directory of repo (absolute), for another repository's alternates file."""
+    return Path(run(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects"))
+
+
+def init_borrowing_repo(path: Path, source: git.Repo) -> git.Repo:
+    """A bare repository that reads source's objects (alternates) and writes its own: scratch
+    work never adds anything to the source, and deleting `path` undoes all of it."""
+    repo = init_repo(path, bare=True)
+    alternates = Path(repo.git_dir) / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(f"{objects_dir(source)}\n")
+    return open_repo(path)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    tree: str  # with conflict markers in the conflicted files
+    conflicts: tuple[str, ...]
+
+
+def merge_commits(repo: git.Repo, ours: str, theirs: str) -> MergeResult:
+    """3-way merge of two commits at their merge base, as `git merge` would (renames followed),
+    without touching an index or a working tree (`git merge-tree --write-tree`)."""
+    args = ["git", "-c", "merge.conflictStyle=merge", "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs]
+    status, out, err = _guard(lambda: repo.git.execute(args, with_extended_output=True, with_exceptions=False, stdout_as_string=False))
+    if status not in (0, 1):
+        raise UpstreamError(f"git merge-tree failed: {_last_line(err)}")
+    lines = out.decode("utf-8", "surrogateescape").split("\n")
+    conflicts = tuple(dict.fromkeys(line for line in lines[1:] if line))
+    return MergeResult(lines[0].strip(), conflicts if status == 1 else ())
+
+
+def add_worktree(repo: git.Repo, path: Path, commit: str, tree: str | None = None) -> None:
+    """A working tree of `commit` at path; with `tree`, its files and index become that tree
+    while HEAD stays at commit (so `git diff HEAD` there shows the change in progress)."""
+    run(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    if tree is not None:
+        run(path, "read-tree", "-m", "-u", tree_of(repo, commit), tree)
+
+
+def worktree_tree(path: Path) -> str:
+    """The tree of everything in a working tree now (new and deleted files included)."""
+    run(path, "add", "--all")
+    return run(path, "write-tree")
+
+
+@dataclass(frozen=True)
+class MailInfo:
+    author: str
+    email: str
+    date: datetime.datetime
+    subject: str
+    body: str
+
+    def message(self) -> str:
+        return f"{self.subject}\n\n{self.body}".rstrip() + "\n"
+
+
+def mail_info(repo: git.Repo, patch_text: str) -> MailInfo:
+    """Author, date and message of a `git format-patch` file (`git mailinfo`)."""
+    import email.utils
+
+    with tempfile.TemporaryDirectory() as scratch:
+        message, diff = Path(scratch, "msg"), Path(scratch, "patch")
+        out = run(repo, "mailinfo", "--encoding=UTF-8", str(message), str(diff), stdin=patch_text.encode("utf-8", "surrogateescape"))
+        fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+        body = message.read_text(encoding="utf-8", errors="surrogateescape")
+    date = email.utils.parsedate_to_datetime(fields["Date"]) if fields.get("Date") else datetime.datetime.now(datetime.timezone.utc)
+    return MailInfo(fields.get("Author", "rocmpatch"), fields.get("Email", "rocmpatch@localhost"), date, fields.get("Subject", ""), body)
+
+
+def format_patch(repo: git.Repo | Path, commit: str) -> str:
+    """The commit as a patch file, in the series' format."""
+    out = run_bytes(repo, "format-patch", "-1", "--zero-commit", "--no-signature", "--full-index", "--stdout", commit)
+    return out.decode("utf-8", "surrogateescape")

@@ -124,7 +124,7 @@ def format_patches(repo: Path, pin: str) -> dict[str, str]:
     for name, (path, number, new) in PATCHES.items():
         text = (repo / path).read_text()
         commit_files(repo, f"{name}: patch {path}\n\nWhy: ROCm.", {path: replace_line(text, number, new)})
-        texts[name] = git(repo, "format-patch", "-1", "--zero-commit", "--no-signature", "--full-index", "--stdout", "HEAD") + "\n"
+        texts[name] = gitcmd.format_patch(repo, "HEAD")
     git(repo, "checkout", "-q", "release")
     git(repo, "branch", "-q", "-D", "rocm-series")
     return texts
