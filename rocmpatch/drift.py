@@ -174,7 +174,7 @@ def _find_block(lines: list[str], block: tuple[str, ...], start: int) -> int:
     return -1
 
 
-def run_drift(repo: git.Repo, patches: list[Patch], from_rev: str, to_rev: str) -> DriftReport:
+def run_drift(repo: git.Repo, patches: list[Patch], from_rev: str, to_rev: str, *, to_ref: str | None = None) -> DriftReport:
     """Walk TO's first-parent line from merge-base(FROM, TO); see the module docstring."""
     started = time.monotonic()
     from_commit = _resolve(repo, from_rev)
@@ -216,7 +216,7 @@ def run_drift(repo: git.Repo, patches: list[Patch], from_rev: str, to_rev: str) 
     ]
     release = [info for info, _ in gitcmd.path_history(repo, base, from_commit, paths)] if base != from_commit else []
     return DriftReport(
-        from_commit=from_commit, to_ref=to_rev, to=to, base=base, commits=len(line),
+        from_commit=from_commit, to_ref=to_ref or to_rev, to=to, base=base, commits=len(line),
         candidates=len(history), patches=results, seconds=time.monotonic() - started,
         release_commits=release,
     )

@@ -538,12 +538,6 @@ def add_worktree(repo: git.Repo, path: Path, commit: str, tree: str | None = Non
         run(path, "read-tree", "-m", "-u", tree_of(repo, commit), tree)
 
 
-def worktree_tree(path: Path) -> str:
-    """The tree of everything in a working tree now (new and deleted files included)."""
-    run(path, "add", "--all")
-    return run(path, "write-tree")
-
-
 @dataclass(frozen=True)
 class MailInfo:
     author: str
@@ -573,3 +567,15 @@ def format_patch(repo: git.Repo | Path, commit: str) -> str:
     """The commit as a patch file, in the series' format."""
     out = run_bytes(repo, "format-patch", "-1", "--zero-commit", "--no-signature", "--full-index", "--stdout", commit)
     return out.decode("utf-8", "surrogateescape")
+
+
+def fetch_ref(repo: git.Repo, url: str, ref: str, local_ref: str) -> str:
+    """Fetch `ref` (branch, tag or commit id) from url with its full history into local_ref."""
+    check_url(url)
+    try:
+        repo.git.execute(["git", "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", url, f"+{ref}:{local_ref}"])
+    except GitCommandNotFound:
+        raise _git_missing() from None
+    except GitCommandError as exc:
+        raise UpstreamError(f"could not fetch {ref} from {url}: {_last_line(exc.stderr)}", hint="check --ref / --range / --onto and --upstream-url") from None
+    return run(repo, "rev-parse", f"{local_ref}^{{commit}}")

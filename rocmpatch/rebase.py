@@ -56,6 +56,7 @@ class State:
 
     onto: str
     onto_ref: str
+    url: str  # where the upstream came from (written into nothing; the new lock keeps its url)
     source_objects: str  # the upstream object directory the scratch repository borrows
     series_sha256: dict[str, str]  # patch file -> sha256 when the rebase began (edits are refused)
     originals: list[str]  # ORIG(i) commits, i = 1..n, in the scratch repository
@@ -74,6 +75,7 @@ class Finished:
 
     onto: str
     onto_ref: str
+    url: str
     texts: dict[str, str | None]
     tree: str
     outcomes: list[Outcome]
@@ -99,7 +101,7 @@ def in_progress(project: Path) -> bool:
     return (state_dir(project) / "state.json").is_file()
 
 
-def start(project: Path, source: git.Repo, pin: str, onto: str, onto_ref: str, patches: list[SeriesPatch]) -> Finished | Stopped:
+def start(project: Path, source: git.Repo, pin: str, onto: str, onto_ref: str, patches: list[SeriesPatch], *, url: str = "") -> Finished | Stopped:
     directory = state_dir(project)
     if directory.exists():
         raise Busy(f"a rebase is already in progress ({directory})", hint="run 'rocmpatch rebase --continue' or 'rocmpatch rebase --abort'")
@@ -107,7 +109,7 @@ def start(project: Path, source: git.Repo, pin: str, onto: str, onto_ref: str, p
     try:
         work = gitcmd.init_borrowing_repo(directory / "objects.git", source)
         originals = _original_chain(work, pin, patches)
-        state = State(onto, onto_ref, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto)
+        state = State(onto, onto_ref, url, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto)
         return _carry(directory, work, state, patches)
     except BaseException:
         if not (directory / "state.json").is_file():
@@ -123,7 +125,7 @@ def resume(project: Path, patches: list[SeriesPatch]) -> Finished | Stopped:
     worktree = directory / "worktree"
     current = state.outcomes[-1]
     _refuse_markers(worktree, current.files)
-    tree = gitcmd.worktree_tree(worktree)
+    tree = gitcmd.worktree_tree(gitcmd.open_repo(worktree))
     _remove_worktree(work, worktree)
     current.result = RESOLVED
     _record(work, state, patches[state.done], tree)
@@ -185,7 +187,7 @@ def _carry(directory: Path, work: git.Repo, state: State, patches: list[SeriesPa
     texts: dict[str, str | None] = {}
     for item, commit in zip(patches, state.rebased):
         texts[item.name] = gitcmd.format_patch(work, commit) if commit else None
-    return Finished(state.onto, state.onto_ref, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
+    return Finished(state.onto, state.onto_ref, state.url, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
 
 
 def _record(work: git.Repo, state: State, item: SeriesPatch, tree: str) -> None:
