@@ -388,6 +388,13 @@ def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
     return run_bytes(repo, "diff", "--binary", "--full-index", "--no-renames", old_tree, new_tree)
 
 
+def has_object(repo: git.Repo, sha: str) -> bool:
+    try:
+        return bool(repo.odb.has_object(bytes.fromhex(sha)))
+    except (ValueError, GitCommandError):
+        return False
+
+
 # --- history walking (drift) --------------------------------------------------------------
 
 

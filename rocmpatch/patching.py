@@ -200,6 +200,8 @@ def _convert_hunk(index: int, hunk, raw_lines: list[str]) -> Hunk:
     previous = None
     for line in hunk:
         kind = line.line_type
+        if line.diff_line_no is None:  # unidiff's placeholder for a blank line after the hunk
+            continue
         if kind == "\\":  # "\ No newline at end of file" applies to the line before it
             if previous in (" ", "-") and old:
                 old[-1] = old[-1].removesuffix("\n")

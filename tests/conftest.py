@@ -28,3 +28,33 @@ def upstream_mirror() -> Path:
     if not value:
         pytest.skip("set ROCMPATCH_TEST_UPSTREAM to a git mirror of NVIDIA/Megatron-LM to run full-tree tests")
     return Path(value.removeprefix("file://"))
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    """A small real upstream repository with history, a tag (the pin) and a symlink."""
+    from tests.fixtures import make_upstream
+
+    return make_upstream(tmp_path)
+
+
+@pytest.fixture
+def project(tmp_path, upstream):
+    """A series of two patches against `upstream` with its lock (tmp/proj/patchsets, tmp/proj/upstream.lock)."""
+    from tests.fixtures import make_series
+
+    return make_series(tmp_path / "proj", upstream)
+
+
+@pytest.fixture
+def cli(project):
+    """Run the rocmpatch CLI in-process against `project`'s series; returns the Click result."""
+    from typer.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    def invoke(*args: str, series_dir=None):
+        extra = ["--series-dir", str(series_dir or project.series_dir)] if args and args[0] != "--version" else []
+        return CliRunner().invoke(app, [*args, *extra])
+
+    return invoke
