@@ -9,17 +9,12 @@ The series against the pin: alpha (a.py), mod (old/mod.py), gamma (c.py), beta (
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd
-from rocmpatch.patching import apply_series, parse_patch
-from rocmpatch.schema import Lock, LockedPatch, Upstream
-
-WHEN = "2024-01-01T00:00:00+00:00"
-
+from rocmpatch import gitcmd, locking, series
+from rocmpatch.patching import parse_patch
+from tests.fixtures import write_series
 
 def lines(prefix: str, count: int = 20) -> str:
     return "".join(f"{prefix} line {n}\n" for n in range(1, count + 1))
@@ -131,33 +126,14 @@ def format_patches(repo: Path, pin: str) -> dict[str, str]:
 
 
 def write_project(history: History, project: Path, url: str) -> Path:
-    """patchsets/series.yaml, the patch files and upstream.lock pinned to the tag."""
-    series_dir = project / "patchsets"
-    series_dir.mkdir(parents=True)
-    entries = []
-    locked = []
-    for number, (name, text) in enumerate(history.patch_texts.items(), start=1):
-        file = f"{number:04d}-{name}.patch"
-        (series_dir / file).write_bytes(text.encode())
-        locked.append(LockedPatch(name, file, hashlib.sha256(text.encode()).hexdigest()))
-        entries.append(
-            f"  - name: {name}\n    file: {file}\n    summary: patch {name}\n    description: |\n      Changes one line.\n"
-            f"    why: |\n      ROCm.\n    author: rocmpatch developers\n    origin: rocmpatch\n    forwarded: \"no\"\n    last-update: \"2024-01-01\"\n"
-        )
-    (series_dir / "series.yaml").write_text("series:\n" + "".join(entries))
-    repo = gitcmd.open_repo(history.repo)
-    patches = [parse_patch(t, name=n, source=n) for n, t in history.patch_texts.items()]
-    tree = gitcmd.tree_of(repo, history.pin)
-    patched = gitcmd.write_tree(repo, tree, apply_series(patches, gitcmd.TreeReader(repo, tree).read))
-    lock = Lock(Upstream(url, "v1.0", history.pin, tree), tuple(locked), patched)
-    (project / "upstream.lock").write_text(lock.to_yaml())
+    """patchsets/ (series.yaml + patch files) and upstream.lock pinned to the tag, by the real lock code."""
+    location = write_series(project, [(name, text.encode()) for name, text in history.patch_texts.items()])
+    loaded = series.load(location, require_lock=False)
+    lock = locking.compute(loaded, locking.Pin(url, "v1.0", history.pin), url_override=str(history.repo))
+    location.lock_path.write_text(lock.to_yaml())
     history.project = project
     return project
 
 
 def parsed_patches(history: History):
     return [parse_patch(t, name=n, source=n) for n, t in history.patch_texts.items()]
-
-
-def fixed_date() -> datetime.datetime:
-    return datetime.datetime.fromisoformat(WHEN)
