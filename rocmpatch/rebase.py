@@ -174,7 +174,10 @@ def _carry(directory: Path, work: git.Repo, state: State, patches: list[SeriesPa
         # `git am -3`: ours is NEW(i-1) and theirs ORIG(i), both children of ORIG(i-1), so that
         # ORIG(i-1) is their merge base. Synthetic commits in the scratch repository only.
         ours = _commit_with(work, tip_tree, base, "rebased series so far")
-        merged = gitcmd.merge_commits(work, ours, state.originals[state.done])
+        # Named refs, because merge-tree labels the conflict markers with the names it is given.
+        gitcmd.update_ref(work, "refs/heads/upstream", ours)
+        gitcmd.update_ref(work, f"refs/heads/patch/{item.name}", state.originals[state.done])
+        merged = gitcmd.merge_commits(work, "upstream", f"patch/{item.name}")
         if not merged.conflicts:
             state.outcomes.append(Outcome(item.name, OBSOLETE if merged.tree == tip_tree else MERGED))
             _record(work, state, item, merged.tree)
@@ -186,8 +189,19 @@ def _carry(directory: Path, work: git.Repo, state: State, patches: list[SeriesPa
         return Stopped(item.name, list(merged.conflicts), worktree, state.outcomes)
     texts: dict[str, str | None] = {}
     for item, commit in zip(patches, state.rebased):
-        texts[item.name] = gitcmd.format_patch(work, commit) if commit else None
+        texts[item.name] = _refreshed(item.text, gitcmd.format_patch(work, commit)) if commit else None
     return Finished(state.onto, state.onto_ref, state.url, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
+
+
+def _refreshed(old: str, new: str) -> str:
+    """The new text, or the old one byte for byte when the diff itself did not change (its
+    header, e.g. a "[PATCH 03/10]" subject, is then kept as the author wrote it)."""
+    return old if _diff_part(old) == _diff_part(new) else new
+
+
+def _diff_part(text: str) -> str:
+    start = text.find("\ndiff --git ")
+    return text[start:] if start >= 0 else text
 
 
 def _record(work: git.Repo, state: State, item: SeriesPatch, tree: str) -> None:

@@ -95,3 +95,8 @@ def test_continue_refuses_a_series_edited_meanwhile(history, project):
     edited[1] = rebase.SeriesPatch(edited[1].name, edited[1].file, edited[1].text + " \n")
     with pytest.raises(TargetRefused, match="series changed"):
         rebase.resume(project, edited)
+
+
+def test_an_unchanged_patch_keeps_its_file_byte_for_byte(history, project):
+    done = start(history, project, onto=history.commits["m1"])
+    assert done.texts == dict(history.patch_texts)
