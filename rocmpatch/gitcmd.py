@@ -22,6 +22,7 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 import git  # noqa: E402  (GitPython)
 from git.exc import (  # noqa: E402
     BadName,
+    BadObject,
     GitCommandError,
     GitCommandNotFound,
     InvalidGitRepositoryError,
@@ -389,9 +390,11 @@ def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
 
 
 def has_object(repo: git.Repo, sha: str) -> bool:
+    # odb.has_object only looks at loose objects; info() asks git (packs included).
     try:
-        return bool(repo.odb.has_object(bytes.fromhex(sha)))
-    except (ValueError, GitCommandError):
+        repo.odb.info(bytes.fromhex(sha))
+        return True
+    except (ValueError, GitCommandError, BadName, BadObject):
         return False
 
 

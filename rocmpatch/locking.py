@@ -6,7 +6,9 @@ trust nothing else. Re-pinning (a new commit) goes through here too, e.g. from `
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from rocmpatch import gitcmd, store
 from rocmpatch.errors import InvalidInput
@@ -42,10 +44,17 @@ def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None 
     return Lock(Upstream(url, ref, commit, tree), loaded.locked_patches(), steps[-1].tree)
 
 
+def write(path: Path, lock: Lock) -> None:
+    """Replace the lock file atomically: a reader sees the old lock or the new one, never half."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(lock.to_yaml(), encoding="utf-8")
+    os.replace(temporary, path)
+
+
 def stale_fields(old: Lock | None, new: Lock) -> list[str]:
     """What differs between the committed lock and a fresh one, as short phrases."""
     if old is None:
-        return ["the lock does not exist"]
+        return ["everything (there was no lock)"]
     found = []
     for field in ("url", "ref", "commit", "tree"):
         if getattr(old.upstream, field) != getattr(new.upstream, field):

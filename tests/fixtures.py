@@ -114,7 +114,7 @@ def make_series(root: Path, upstream: Upstream, patches=None) -> series.Location
 
 def write_lock(location: series.Location, pin: locking.Pin = locking.Pin()) -> None:
     loaded = series.load(location, require_lock=False)
-    location.lock_path.write_text(locking.compute(loaded, pin).to_yaml())
+    locking.write(location.lock_path, locking.compute(loaded, pin))
 
 
 def dedent(text: str) -> str:

@@ -21,6 +21,6 @@ def run(*, check: bool, upstream_url: str | None, series_dir: Path | None, url: 
     if not stale:
         out.print(f"{location.lock_path} is already up to date", markup=False)
         return ExitCode.OK
-    location.lock_path.write_text(fresh.to_yaml(), encoding="utf-8")
-    out.print(f"wrote {location.lock_path} ({', '.join(stale)} changed); patched tree {fresh.patched_tree}", markup=False)
+    locking.write(location.lock_path, fresh)
+    out.print(f"wrote {location.lock_path} (changed: {', '.join(stale)}); patched tree {fresh.patched_tree}", markup=False)
     return ExitCode.OK

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import json
+
+from rocmpatch.errors import ExitCode
+
+
+def applied(cli, tmp_path):
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    return target
+
+
+def test_patched_target_verifies(cli, tmp_path):
+    target = applied(cli, tmp_path)
+    result = cli("verify", "--target", str(target))
+    assert result.exit_code == 0, result.stdout
+    assert "verified" in result.stdout
+
+
+def test_each_difference_named_with_its_kind(cli, tmp_path):
+    target = applied(cli, tmp_path)
+    (target / "pkg/a.py").write_text("edited\n")
+    (target / "README.md").unlink()
+    (target / "extra.txt").write_text("new\n")
+    result = cli("verify", "--target", str(target), "--json")
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    report = json.loads(result.stdout)
+    kinds = {d["path"]: d["kind"] for d in report["differences"]}
+    assert kinds == {"pkg/a.py": "edited", "README.md": "deleted", "extra.txt": "added"}
+    assert report["ok"] is False
+    assert {d["path"]: d["patches"] for d in report["differences"]}["pkg/a.py"] == ["first-fix", "second-fix"]
+
+
+def test_committed_edit_is_found(cli, tmp_path):
+    from tests.fixtures import commit_all
+
+    target = applied(cli, tmp_path)
+    (target / "docs/guide.md").write_text("changed\n")
+    commit_all(target, "my change")
+    result = cli("verify", "--target", str(target))
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    assert "edited         docs/guide.md" in result.stdout
+
+
+def test_unpatched_target_reports_missing_patches(cli, tmp_path):
+    target = applied(cli, tmp_path)
+    assert cli("unapply", "--target", str(target)).exit_code == 0
+    result = cli("verify", "--target", str(target), "--json")
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    report = json.loads(result.stdout)
+    assert {d["path"]: d["kind"] for d in report["differences"]} == {
+        "pkg/a.py": "patch-missing", "pkg/b.py": "patch-missing", "pkg/new.py": "patch-missing"}
+
+
+def test_stale_lock_is_reported(cli, project, tmp_path):
+    target = applied(cli, tmp_path)
+    patch = project.series_dir / "0001-first-fix.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"test patch", b"test patch, reworded"))
+    result = cli("verify", "--target", str(target), "--json")
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    problems = json.loads(result.stdout)["lock_problems"]
+    assert len(problems) == 1 and "0001-first-fix.patch: sha256" in problems[0]
+
+
+def test_not_a_repo(cli, tmp_path):
+    (tmp_path / "plain").mkdir()
+    result = cli("verify", "--target", str(tmp_path / "plain"))
+    assert result.exit_code == ExitCode.TARGET_REFUSED

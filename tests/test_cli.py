@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import os
+import re
+
+from rocmpatch import __version__
+from rocmpatch.errors import ExitCode
+from tests.cli_process import run_rocmpatch
+
+
+def test_version_prints_the_pin(project):
+    result = run_rocmpatch("--version", env={"ROCMPATCH_SERIES_DIR": str(project.series_dir)})
+    assert result.returncode == 0
+    assert f"rocmpatch {__version__}" in result.stdout
+    assert re.search(r"pinned upstream: file://\S+ v1.0 [0-9a-f]{40}", result.stdout)
+
+
+def test_every_command_has_help():
+    for command in ("fetch", "apply", "verify", "status", "unapply", "check", "lock"):
+        result = run_rocmpatch(command, "--help")
+        assert result.returncode == 0 and "--series-dir" in result.stdout, command
+
+
+def test_git_missing_is_one_clear_line(project, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    result = run_rocmpatch("apply", "--target", str(tmp_path / "t"), "--series-dir", str(project.series_dir), env={"PATH": str(empty)})
+    assert result.returncode == ExitCode.ENVIRONMENT, result.stderr
+    assert result.stderr.startswith("rocmpatch: error: git was not found on PATH")
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_bug_exits_70_with_a_log(cli, monkeypatch, tmp_path):
+    from rocmpatch import applying
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(applying, "apply", broken)
+    result = cli("apply", "--target", str(tmp_path / "t"))
+    assert result.exit_code == ExitCode.INTERNAL
+    log = re.search(r"the traceback is in (\S+\.log)", result.stderr).group(1)
+    assert "ZeroDivisionError: boom" in open(log).read()
+
+
+def test_ctrl_c_exits_130(cli, monkeypatch, tmp_path):
+    from rocmpatch import applying
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(applying, "apply", interrupted)
+    assert cli("apply", "--target", str(tmp_path / "t")).exit_code == ExitCode.INTERRUPTED
+
+
+def test_every_exit_code_is_documented():
+    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "exit-codes.md")).read()
+    for code in ExitCode:
+        assert f"| {int(code)} | `{code.name}`" in text, code

@@ -1,0 +1,71 @@
+"""The real series on the real Megatron-LM tree (needs ROCMPATCH_TEST_UPSTREAM; skips without it,
+and while the repository has no series yet)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmpatch import gitcmd, series
+from rocmpatch.errors import ExitCode
+
+pytestmark = pytest.mark.upstream
+
+
+@pytest.fixture(scope="module")
+def real_series() -> series.Location:
+    location = series.locate(series.PACKAGE_DIR.parent / "patchsets")
+    if not (location.series_dir / "series.yaml").is_file() or not location.lock_path.is_file():
+        pytest.skip("patchsets/series.yaml or upstream.lock is not in this checkout yet")
+    return location
+
+
+@pytest.fixture(scope="module")
+def patched(real_series, upstream_mirror, tmp_path_factory):
+    """One patched tree for the module (applying it is the slow part)."""
+    from typer.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    target = tmp_path_factory.mktemp("fulltree") / "Megatron-LM"
+    result = CliRunner().invoke(app, ["apply", "--target", str(target), "--upstream-url", str(upstream_mirror), "--series-dir", str(real_series.series_dir)])
+    assert result.exit_code == 0, result.stderr
+    return target
+
+
+def invoke(real_series, *args):
+    from typer.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    return CliRunner().invoke(app, [*args, "--series-dir", str(real_series.series_dir)])
+
+
+def test_apply_is_shallow_and_verifies(patched, real_series):
+    git_bytes = sum(p.stat().st_size for p in (patched / ".git").rglob("*") if p.is_file())
+    assert git_bytes < 30 * 2**20, f"{git_bytes} bytes of git data: not a shallow checkout"
+    assert invoke(real_series, "verify", "--target", str(patched)).exit_code == 0
+
+
+def test_edit_of_each_kind_fails_verify_then_apply_refuses(patched, real_series):
+    touched = sorted({p for loaded in series.load(real_series).patches for p in loaded.patch.paths})
+    edited = next(p for p in touched if (patched / p).is_file())
+    original = (patched / edited).read_bytes()
+    (patched / edited).write_bytes(original + b"# local edit\n")
+    try:
+        result = invoke(real_series, "verify", "--target", str(patched))
+        assert result.exit_code == ExitCode.CHECK_FAILED
+        assert f"edited         {edited}" in result.stdout
+        refused = invoke(real_series, "apply", "--target", str(patched))
+        assert refused.exit_code == ExitCode.TARGET_REFUSED
+        assert (patched / edited).read_bytes() == original + b"# local edit\n"
+    finally:
+        (patched / edited).write_bytes(original)
+    assert invoke(real_series, "verify", "--target", str(patched)).exit_code == 0
+
+
+def test_status_shows_everything_applied(patched, real_series):
+    import json
+
+    report = json.loads(invoke(real_series, "status", "--target", str(patched), "--json").stdout)
+    assert {p["state"] for p in report["patches"]} == {"applied"}
+    assert gitcmd.dirty_paths(gitcmd.open_repo(patched)) == []

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import pytest
+
+from rocmpatch.errors import InvalidInput
+from rocmpatch.schema import load_lock, load_series
+
+
+def test_ref_where_commit_belongs(project):
+    text = project.lock_path.read_text()
+    commit = text.split("commit: ")[1].split()[0]
+    project.lock_path.write_text(text.replace(commit, "core_v0.5.0"))
+    with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: upstream.commit: expected a full 40-hex commit id"):
+        load_lock(project.lock_path)
+
+
+def test_unknown_key_in_series(project):
+    path = project.series_dir / "series.yaml"
+    path.write_text(path.read_text().replace("  origin: rocmpatch", "  origin: rocmpatch\n  colour: blue", 1))
+    with pytest.raises(InvalidInput, match=r"series.yaml:\d+: series\[0\].colour: unknown key"):
+        load_series(project.series_dir)
+
+
+def test_malformed_lock_yaml(project):
+    project.lock_path.write_text("version: 1\nupstream: {url: [\n")
+    with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: invalid YAML"):
+        load_lock(project.lock_path)
