@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
-
 import git
 
 from rocmpatch import gitcmd
@@ -263,7 +261,3 @@ def _resolve(repo: git.Repo, rev: str) -> str:
     if commit is None:
         raise UpstreamError(f"upstream has no commit {rev!r}", hint="fetch it into the mirror, or check --ref / --range")
     return commit
-
-
-def patch_paths(patches: Iterable[Patch]) -> list[str]:
-    return sorted({p for patch in patches for p in patch.paths})
