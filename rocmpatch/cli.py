@@ -130,5 +130,34 @@ def lock(
     _run(run, check=check, upstream_url=upstream_url, series_dir=series_dir, url=url, ref=ref, commit=commit)
 
 
+@app.command()
+def drift(
+    upstream_url: UpstreamUrlOption = None,
+    series_dir: SeriesDirOption = None,
+    ref: Annotated[Optional[str], typer.Option("--ref", help="Walk from the pin to this upstream branch, tag or commit [default: main].")] = None,
+    span: Annotated[Optional[str], typer.Option("--range", metavar="A..B", help="Walk from A to B instead of from the pin to --ref.")] = None,
+    json: JsonOption = False,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", metavar="FILE", help="Also write the report as a Markdown table to FILE.")] = None,
+) -> None:
+    """Name, per patch, the first upstream commit after the pin that breaks it (exit 1 if any breaks at the tip)."""
+    from rocmpatch.commands.drift import run
+
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, ref=ref, span=span, as_json=json, markdown=markdown)
+
+
+@app.command()
+def rebase(
+    onto: Annotated[Optional[str], typer.Option("--onto", metavar="REF", help="The upstream branch, tag or commit to carry the series to.")] = None,
+    resume: Annotated[bool, typer.Option("--continue", help="Go on after resolving a conflict in the rebase worktree.")] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="Give up the stopped rebase; nothing of the project changes.")] = False,
+    upstream_url: UpstreamUrlOption = None,
+    series_dir: SeriesDirOption = None,
+) -> None:
+    """Carry the series to a newer upstream with a 3-way merge per patch; rewrite the patches and upstream.lock."""
+    from rocmpatch.commands.rebase import run
+
+    _run(run, onto=onto, resume=resume, abort=abort, upstream_url=upstream_url, series_dir=series_dir)
+
+
 def main() -> None:
     app(prog_name="rocmpatch")

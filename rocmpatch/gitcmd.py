@@ -79,9 +79,16 @@ def local_path_of(url: str) -> Path | None:
 
 def open_repo(path: Path) -> git.Repo:
     try:
-        return git.Repo(path)
+        repo = git.Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):
         raise TargetRefused(f"{path}: not a git repository", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet") from None
+    if not repo.bare and Path(repo.git_dir).resolve() == Path(path).resolve():
+        # A bare mirror without a config file (core.bare unset): GitPython takes its parent for a
+        # working tree and would run git there. Run git inside the repository itself instead.
+        repo._working_tree_dir = None
+        repo.git = git.Git(repo.git_dir)
+        repo.odb = git.GitCmdObjectDB(os.path.join(repo.git_dir, "objects"), repo.git)
+    return repo
 
 
 def init_repo(path: Path, *, bare: bool = False) -> git.Repo:
@@ -388,3 +395,196 @@ def has_object(repo: git.Repo, sha: str) -> bool:
         return True
     except (ValueError, GitCommandError, BadName, BadObject):
         return False
+
+
+# --- history walking (drift) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    id: str
+    parent: str | None  # the first parent; None for a root commit
+    date: str  # committer date, ISO 8601
+    subject: str
+
+
+@dataclass(frozen=True)
+class PathChange:
+    path: str
+    mode: int  # 0 when the commit deletes the path
+    sha: str | None  # None when the commit deletes the path
+
+
+def merge_base(repo: git.Repo, a: str, b: str) -> str | None:
+    try:
+        return run(repo, "merge-base", a, b) or None
+    except UpstreamError:
+        return None  # unrelated histories
+
+
+def first_parent_line(repo: git.Repo, start: str, end: str) -> list[str]:
+    """Commits on `end`'s first-parent line after `start`, oldest first."""
+    return run(repo, "rev-list", "--first-parent", "--reverse", f"{start}..{end}").split()
+
+
+def commit_info(repo: git.Repo, rev: str) -> CommitInfo:
+    out = run(repo, "log", "-1", "--no-walk", "--format=%H%x00%P%x00%cI%x00%s", rev, "--")
+    return _parse_commit_line(out)
+
+
+def _parse_commit_line(line: str) -> CommitInfo:
+    sha, parents, date, subject = line.split("\0", 3)
+    return CommitInfo(sha, parents.split()[0] if parents else None, date, subject)
+
+
+def paths_at(repo: git.Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:
+    """The entries of `paths` (files only, missing ones left out) in commit's tree."""
+    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths)
+    entries: dict[str, Entry] = {}
+    for record in out.split(b"\0"):
+        if record:
+            meta, path = record.split(b"\t", 1)
+            mode, _kind, sha = meta.split(b" ")
+            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
+    return entries
+
+
+def path_history(repo: git.Repo, start: str, end: str, paths: Iterable[str]) -> list[tuple[CommitInfo, list[PathChange]]]:
+    """The commits on `end`'s first-parent line after `start` that change any of `paths`, oldest
+    first, each with what it changed there relative to its first parent (merges included)."""
+    out = run_bytes(
+        repo, "log", "--first-parent", "--diff-merges=first-parent", "--reverse", "--raw", "-z",
+        "--no-abbrev", "--no-renames", "--format=%x01%H%x00%P%x00%cI%x00%s", f"{start}..{end}", "--", *paths,
+    )
+    history: list[tuple[CommitInfo, list[PathChange]]] = []
+    for block in out.split(b"\x01")[1:]:
+        # A block: header fields NUL-separated, a newline, then ":mode mode sha sha S\0path\0" records.
+        header, _, raw = block.partition(b"\n")
+        info = _parse_commit_line(header.decode("utf-8", "surrogateescape").strip("\0"))
+        fields = raw.lstrip(b"\n\0").split(b"\0")
+        changes = []
+        for meta, path in zip(fields[0::2], fields[1::2]):
+            if not meta.startswith(b":"):
+                continue
+            _old_mode, new_mode, _old_sha, new_sha, _status = meta[1:].decode().split(" ")
+            deleted = int(new_mode, 8) == 0
+            changes.append(PathChange(path.decode("utf-8", "surrogateescape"), int(new_mode, 8), None if deleted else new_sha))
+        history.append((info, changes))
+    return history
+
+
+@dataclass(frozen=True)
+class Rename:
+    status: str  # "R" renamed, "D" deleted
+    old_path: str
+    new_path: str | None
+    similarity: int | None
+
+
+def renames_between(repo: git.Repo, old: str, new: str, paths: Iterable[str]) -> dict[str, Rename]:
+    """What became of `paths` between two commits, by git's rename detection (-M)."""
+    wanted = set(paths)
+    out = run_bytes(repo, "diff-tree", "-r", "-z", "-M", "-l0", "--no-commit-id", "--name-status", old, new)
+    fields = out.split(b"\0")
+    found: dict[str, Rename] = {}
+    index = 0
+    while index < len(fields) and fields[index]:
+        status = fields[index].decode()
+        if status.startswith(("R", "C")):
+            source, target = (f.decode("utf-8", "surrogateescape") for f in fields[index + 1 : index + 3])
+            if status[0] == "R" and source in wanted:
+                found[source] = Rename("R", source, target, int(status[1:] or 0))
+            index += 3
+            continue
+        path = fields[index + 1].decode("utf-8", "surrogateescape")
+        if status == "D" and path in wanted:
+            found.setdefault(path, Rename("D", path, None, None))
+        index += 2
+    return found
+
+
+# --- 3-way merges and scratch repositories (rebase) ------------------------------------------
+
+
+def objects_dir(repo: git.Repo) -> Path:
+    """The object directory of repo (absolute), for another repository's alternates file."""
+    return Path(run(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects"))
+
+
+def init_borrowing_repo(path: Path, source: git.Repo) -> git.Repo:
+    """A bare repository that reads source's objects (alternates) and writes its own: scratch
+    work never adds anything to the source, and deleting `path` undoes all of it."""
+    repo = init_repo(path, bare=True)
+    alternates = Path(repo.git_dir) / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(f"{objects_dir(source)}\n")
+    return open_repo(path)
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    tree: str  # with conflict markers in the conflicted files
+    conflicts: tuple[str, ...]
+
+
+def merge_commits(repo: git.Repo, ours: str, theirs: str) -> MergeResult:
+    """3-way merge of two commits at their merge base, as `git merge` would (renames followed),
+    without touching an index or a working tree (`git merge-tree --write-tree`)."""
+    args = ["git", "-c", "merge.conflictStyle=merge", "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs]
+    status, out, err = _guard(lambda: repo.git.execute(args, with_extended_output=True, with_exceptions=False, stdout_as_string=False))
+    if status not in (0, 1):
+        raise UpstreamError(f"git merge-tree failed: {_last_line(err)}")
+    lines = out.decode("utf-8", "surrogateescape").split("\n")
+    conflicts = tuple(dict.fromkeys(line for line in lines[1:] if line))
+    return MergeResult(lines[0].strip(), conflicts if status == 1 else ())
+
+
+def add_worktree(repo: git.Repo, path: Path, commit: str, tree: str | None = None) -> None:
+    """A working tree of `commit` at path; with `tree`, its files and index become that tree
+    while HEAD stays at commit (so `git diff HEAD` there shows the change in progress)."""
+    run(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    if tree is not None:
+        run(path, "read-tree", "-m", "-u", tree_of(repo, commit), tree)
+
+
+@dataclass(frozen=True)
+class MailInfo:
+    author: str
+    email: str
+    date: datetime.datetime
+    subject: str
+    body: str
+
+    def message(self) -> str:
+        return f"{self.subject}\n\n{self.body}".rstrip() + "\n"
+
+
+def mail_info(repo: git.Repo, patch_text: str) -> MailInfo:
+    """Author, date and message of a `git format-patch` file (`git mailinfo`)."""
+    import email.utils
+
+    with tempfile.TemporaryDirectory() as scratch:
+        message, diff = Path(scratch, "msg"), Path(scratch, "patch")
+        out = run(repo, "mailinfo", "--encoding=UTF-8", str(message), str(diff), stdin=patch_text.encode("utf-8", "surrogateescape"))
+        fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+        body = message.read_text(encoding="utf-8", errors="surrogateescape")
+    date = email.utils.parsedate_to_datetime(fields["Date"]) if fields.get("Date") else datetime.datetime.now(datetime.timezone.utc)
+    return MailInfo(fields.get("Author", "rocmpatch"), fields.get("Email", "rocmpatch@localhost"), date, fields.get("Subject", ""), body)
+
+
+def format_patch(repo: git.Repo | Path, commit: str) -> str:
+    """The commit as a patch file, in the series' format."""
+    out = run_bytes(repo, "format-patch", "-1", "--zero-commit", "--no-signature", "--full-index", "--stdout", commit)
+    return out.decode("utf-8", "surrogateescape")
+
+
+def fetch_ref(repo: git.Repo, url: str, ref: str, local_ref: str) -> str:
+    """Fetch `ref` (branch, tag or commit id) from url with its full history into local_ref."""
+    check_url(url)
+    try:
+        repo.git.execute(["git", "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", url, f"+{ref}:{local_ref}"])
+    except GitCommandNotFound:
+        raise _git_missing() from None
+    except GitCommandError as exc:
+        raise UpstreamError(f"could not fetch {ref} from {url}: {_last_line(exc.stderr)}", hint="check --ref / --range / --onto and --upstream-url") from None
+    return run(repo, "rev-parse", f"{local_ref}^{{commit}}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -141,3 +142,37 @@ def _progress(title: str):
                 progress.update(task, description=match["stage"].strip(), completed=int(match["percent"]))
 
         yield report
+
+
+# --- full history, for drift and rebase ------------------------------------------------------
+
+
+def history_path(url: str) -> Path:
+    return cache_dir() / "history" / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}.git"
+
+
+def history_repo(url: str, revs: list[str]) -> tuple[git.Repo, dict[str, str]]:
+    """A repository holding the full history of `revs` (tags, branches or commit ids), and the
+    commit each names. A local mirror (path or file://) is read in place and never written; a
+    remote one is fetched (full depth, unlike the pin cache) into a cache entry of its own."""
+    local = gitcmd.local_path_of(url)
+    if local is not None:
+        repo = gitcmd.open_repo(local)
+        return repo, {rev: _resolved(repo, rev, url) for rev in revs}
+    path = history_path(url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the history cache {path}"):
+        repo = gitcmd.open_repo(path) if path.is_dir() else gitcmd.init_repo(path, bare=True)
+        commits = {}
+        for rev in revs:
+            local_ref = f"refs/rocmpatch/history/{hashlib.sha256(rev.encode()).hexdigest()[:16]}"
+            with _progress(f"fetching the history of {rev} from {url}"):
+                commits[rev] = gitcmd.fetch_ref(repo, url, rev, local_ref)
+        return repo, commits
+
+
+def _resolved(repo: git.Repo, rev: str, url: str) -> str:
+    commit = gitcmd.resolve_commit(repo, rev)
+    if commit is None:
+        raise UpstreamError(f"{url} has no commit {rev!r}", hint="update the mirror, or check --ref / --range / --onto")
+    return commit

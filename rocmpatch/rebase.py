@@ -1,0 +1,269 @@
+"""Carry the series to a newer upstream commit, one patch at a time, as `git am -3` does.
+
+For patch i, ORIG(i-1) is the pin with patches 1..i-1 applied as they are, and NEW(i-1) is the new
+upstream commit with the rebased patches 1..i-1. Patch i is first applied exactly to NEW(i-1)
+("clean"); failing that, it is merged 3-way: base ORIG(i-1), ours NEW(i-1), theirs ORIG(i-1) + patch i,
+with git's rename detection, so a patch follows a file upstream moved ("merged"). A merge that
+changes nothing means upstream already has the patch ("obsolete", dropped). A merge with conflicts
+stops the rebase ("conflict"):
+
+* all work lives in a state directory (`.git/rocmpatch-rebase/` of the project, or
+  `.rocmpatch-rebase/` outside git): a scratch bare repository that borrows the upstream's objects,
+  a worktree holding the conflicted files with markers, and state.json;
+* `--continue` takes the worktree's files as patch i and goes on; `--abort` deletes the directory.
+
+The series files and upstream.lock are written only when every patch is through, so a stopped or
+aborted rebase has changed nothing of the project.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import git
+
+from rocmpatch import gitcmd
+from rocmpatch.errors import Busy, CheckFailed, InvalidInput, PatchConflict, RocmpatchError, TargetRefused
+from rocmpatch.gitcmd import Identity
+from rocmpatch.patching import apply_patch, parse_patch
+
+STATE_NAME = "rocmpatch-rebase"
+CLEAN, MERGED, CONFLICT, RESOLVED, OBSOLETE = "applied clean", "merged", "conflict", "resolved", "dropped as obsolete"
+CONFLICT_MARKERS = ("<<<<<<< ", ">>>>>>> ")
+
+
+@dataclass(frozen=True)
+class SeriesPatch:
+    name: str
+    file: str  # the file name in patchsets/
+    text: str  # the patch file's content
+
+
+@dataclass
+class Outcome:
+    name: str
+    result: str  # CLEAN, MERGED, CONFLICT (stopped here), RESOLVED or OBSOLETE
+    files: list[str] = field(default_factory=list)  # the conflicted files
+
+
+@dataclass
+class State:
+    """What a stopped rebase needs to go on; saved as state.json."""
+
+    onto: str
+    onto_ref: str
+    url: str  # where the upstream came from (written into nothing; the new lock keeps its url)
+    source_objects: str  # the upstream object directory the scratch repository borrows
+    series_sha256: dict[str, str]  # patch file -> sha256 when the rebase began (edits are refused)
+    originals: list[str]  # ORIG(i) commits, i = 1..n, in the scratch repository
+    tip: str  # NEW(done)
+    rebased: list[str | None] = field(default_factory=list)  # per finished patch: its commit, or None if dropped
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return len(self.rebased)
+
+
+@dataclass
+class Finished:
+    """A rebase that went through: the refreshed patch texts (None: dropped) and the final tree."""
+
+    onto: str
+    onto_ref: str
+    url: str
+    texts: dict[str, str | None]
+    tree: str
+    outcomes: list[Outcome]
+
+
+@dataclass
+class Stopped:
+    patch: str
+    files: list[str]
+    worktree: Path
+    outcomes: list[Outcome]
+
+
+def state_dir(project: Path) -> Path:
+    """Inside the project's .git when the project is a git checkout (never committed by accident)."""
+    try:
+        return Path(gitcmd.run(project, "rev-parse", "--path-format=absolute", "--git-path", STATE_NAME))
+    except RocmpatchError:  # not a git checkout
+        return project / f".{STATE_NAME}"
+
+
+def in_progress(project: Path) -> bool:
+    return (state_dir(project) / "state.json").is_file()
+
+
+def start(project: Path, source: git.Repo, pin: str, onto: str, onto_ref: str, patches: list[SeriesPatch], *, url: str = "") -> Finished | Stopped:
+    directory = state_dir(project)
+    if directory.exists():
+        raise Busy(f"a rebase is already in progress ({directory})", hint="run 'rocmpatch rebase --continue' or 'rocmpatch rebase --abort'")
+    directory.mkdir(parents=True)
+    try:
+        work = gitcmd.init_borrowing_repo(directory / "objects.git", source)
+        originals = _original_chain(work, pin, patches)
+        state = State(onto, onto_ref, url, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto)
+        return _carry(directory, work, state, patches)
+    except BaseException:
+        if not (directory / "state.json").is_file():
+            shutil.rmtree(directory, ignore_errors=True)  # nothing worth keeping: as if never started
+        raise
+
+
+def resume(project: Path, patches: list[SeriesPatch]) -> Finished | Stopped:
+    directory, state = _load(project)
+    if _sha256s(patches) != state.series_sha256:
+        raise TargetRefused("the series changed while the rebase was stopped", hint="restore the patch files, or run 'rocmpatch rebase --abort'")
+    work = gitcmd.open_repo(directory / "objects.git")
+    worktree = directory / "worktree"
+    current = state.outcomes[-1]
+    _refuse_markers(worktree, current.files)
+    tree = gitcmd.worktree_tree(gitcmd.open_repo(worktree))
+    _remove_worktree(work, worktree)
+    current.result = RESOLVED
+    _record(work, state, patches[state.done], tree)
+    return _carry(directory, work, state, patches)
+
+
+def abort(project: Path) -> Path:
+    directory = state_dir(project)
+    if not directory.exists():
+        raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
+    shutil.rmtree(directory)
+    return directory
+
+
+def finish(project: Path) -> None:
+    """Forget a rebase whose results were written."""
+    shutil.rmtree(state_dir(project), ignore_errors=True)
+
+
+def _original_chain(work: git.Repo, pin: str, patches: list[SeriesPatch]) -> list[str]:
+    """ORIG(1..n): the series as it is, applied exactly on the pin, one commit per patch."""
+    chain, parent = [], pin
+    for item in patches:
+        tree = gitcmd.tree_of(work, parent)
+        try:
+            changes = apply_patch(_parse(item), gitcmd.TreeReader(work, tree).read)
+        except PatchConflict as conflict:
+            raise CheckFailed(f"the series does not apply at the pin: {conflict}", hint="run 'rocmpatch check' and fix the series first") from None
+        parent = _commit(work, gitcmd.write_tree(work, tree, changes), parent, item)
+        chain.append(parent)
+    return chain
+
+
+def _carry(directory: Path, work: git.Repo, state: State, patches: list[SeriesPatch]) -> Finished | Stopped:
+    while state.done < len(patches):
+        item = patches[state.done]
+        base = state.originals[state.done - 1] if state.done else _parent(work, state.originals[0])
+        tip_tree = gitcmd.tree_of(work, state.tip)
+        try:
+            changes = apply_patch(_parse(item), gitcmd.TreeReader(work, tip_tree).read)
+            state.outcomes.append(Outcome(item.name, CLEAN))
+            _record(work, state, item, gitcmd.write_tree(work, tip_tree, changes))
+            continue
+        except PatchConflict:
+            pass
+        # `git am -3`: ours is NEW(i-1) and theirs ORIG(i), both children of ORIG(i-1), so that
+        # ORIG(i-1) is their merge base. Synthetic commits in the scratch repository only.
+        ours = _commit_with(work, tip_tree, base, "rebased series so far")
+        # Named refs, because merge-tree labels the conflict markers with the names it is given.
+        gitcmd.update_ref(work, "refs/heads/upstream", ours)
+        gitcmd.update_ref(work, f"refs/heads/patch/{item.name}", state.originals[state.done])
+        merged = gitcmd.merge_commits(work, "upstream", f"patch/{item.name}")
+        if not merged.conflicts:
+            state.outcomes.append(Outcome(item.name, OBSOLETE if merged.tree == tip_tree else MERGED))
+            _record(work, state, item, merged.tree)
+            continue
+        state.outcomes.append(Outcome(item.name, CONFLICT, list(merged.conflicts)))
+        worktree = directory / "worktree"
+        gitcmd.add_worktree(work, worktree, state.tip, merged.tree)
+        _save(directory, state)
+        return Stopped(item.name, list(merged.conflicts), worktree, state.outcomes)
+    texts: dict[str, str | None] = {}
+    for item, commit in zip(patches, state.rebased):
+        texts[item.name] = _refreshed(item.text, gitcmd.format_patch(work, commit)) if commit else None
+    return Finished(state.onto, state.onto_ref, state.url, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
+
+
+def _refreshed(old: str, new: str) -> str:
+    """The new text, or the old one byte for byte when the diff itself did not change (its
+    header, e.g. a "[PATCH 03/10]" subject, is then kept as the author wrote it)."""
+    return old if _diff_part(old) == _diff_part(new) else new
+
+
+def _diff_part(text: str) -> str:
+    start = text.find("\ndiff --git ")
+    return text[start:] if start >= 0 else text
+
+
+def _record(work: git.Repo, state: State, item: SeriesPatch, tree: str) -> None:
+    if tree == gitcmd.tree_of(work, state.tip):
+        state.rebased.append(None)  # nothing left of the patch: upstream has it
+        state.outcomes[-1].result = OBSOLETE
+        return
+    state.tip = _commit(work, tree, state.tip, item)
+    state.rebased.append(state.tip)
+
+
+def _commit(work: git.Repo, tree: str, parent: str, item: SeriesPatch) -> str:
+    """A commit carrying the patch's own author, date and message, so format-patch repeats them."""
+    info = gitcmd.mail_info(work, item.text)
+    return gitcmd.commit_tree(work, tree, parent, info.message(), Identity(info.author, info.email, info.date))
+
+
+def _commit_with(work: git.Repo, tree: str, parent: str, message: str) -> str:
+    identity = Identity("rocmpatch", "rocmpatch@localhost", gitcmd.commit_date(work, parent))
+    return gitcmd.commit_tree(work, tree, parent, message, identity)
+
+
+def _parent(work: git.Repo, commit: str) -> str:
+    parent = gitcmd.commit_info(work, commit).parent
+    assert parent is not None
+    return parent
+
+
+def _parse(item: SeriesPatch):
+    return parse_patch(item.text, name=item.name, source=item.file)
+
+
+def _sha256s(patches: list[SeriesPatch]) -> dict[str, str]:
+    return {p.file: hashlib.sha256(p.text.encode("utf-8", "surrogateescape")).hexdigest() for p in patches}
+
+
+def _refuse_markers(worktree: Path, files: list[str]) -> None:
+    for name in files:
+        path = worktree / name
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), start=1):
+            if line.startswith(CONFLICT_MARKERS):
+                raise InvalidInput(f"{path}:{number}", "conflict marker still there", hint="resolve the conflict, then run 'rocmpatch rebase --continue'")
+
+
+def _remove_worktree(work: git.Repo, worktree: Path) -> None:
+    shutil.rmtree(worktree)
+    gitcmd.run(work, "worktree", "prune")
+
+
+def _save(directory: Path, state: State) -> None:
+    temporary = directory / "state.json.tmp"
+    temporary.write_text(json.dumps(asdict(state), indent=2))
+    temporary.replace(directory / "state.json")
+
+
+def _load(project: Path) -> tuple[Path, State]:
+    directory = state_dir(project)
+    path = directory / "state.json"
+    if not path.is_file():
+        raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
+    data = json.loads(path.read_text())
+    data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
+    return directory, State(**data)

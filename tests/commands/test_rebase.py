@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from rocmpatch import gitcmd, rebase
+from rocmpatch.cli import app
+from rocmpatch.schema import load_lock, load_series
+from tests.test_rebase import resolve_alpha
+from tests.upstream_history import make_history, write_project
+
+
+@pytest.fixture
+def history(tmp_path):
+    history = make_history(tmp_path)
+    write_project(history, tmp_path / "project", "https://example.invalid/upstream.git")
+    gitcmd.run(history.project, "init", "-q")
+    return history
+
+
+def invoke(history, *args):
+    return CliRunner(env={"COLUMNS": "200"}).invoke(
+        app, ["rebase", "--series-dir", str(history.series_dir), "--upstream-url", str(history.repo), *args]
+    )
+
+
+def snapshot(project):
+    return {p.relative_to(project): p.read_bytes() for p in project.rglob("*") if p.is_file() and ".git" not in p.parts}
+
+
+def test_conflict_then_continue_rewrites_the_series_and_the_lock(history):
+    before = snapshot(history.project)
+    result = invoke(history, "--onto", "main")
+    assert result.exit_code == 4, result.output
+    assert "alpha" in result.output and "rocmpatch rebase --continue" in result.output
+    assert snapshot(history.project) == before  # nothing written while stopped
+    worktree = rebase.state_dir(history.project) / "worktree"
+    resolve_alpha(worktree)
+    result = invoke(history, "--continue")
+    assert result.exit_code == 0, result.output
+    assert "dropped as obsolete" in result.output
+    lock = load_lock(history.project / "upstream.lock")
+    assert lock.upstream.commit == history.commits["m7"] and lock.upstream.ref == "main"
+    assert lock.upstream.url == "https://example.invalid/upstream.git"
+    assert [p.name for p in lock.patches] == ["alpha", "mod", "beta"]
+    assert [e.name for e in load_series(history.series_dir).entries] == ["alpha", "mod", "beta"]
+    assert not (history.series_dir / "0003-gamma.patch").exists()
+    assert "b/new/mod.py" in (history.series_dir / "0002-mod.patch").read_text()
+    assert not rebase.in_progress(history.project)
+    # The rewritten series passes the engine's own checks against the new pin.
+    runner = CliRunner()
+    common = ["--series-dir", str(history.series_dir), "--upstream-url", str(history.repo)]
+    assert runner.invoke(app, ["check", *common]).exit_code == 0
+    assert runner.invoke(app, ["lock", "--check", *common]).exit_code == 0
+
+
+def test_abort_changes_nothing(history):
+    before = snapshot(history.project)
+    assert invoke(history, "--onto", "main").exit_code == 4
+    result = invoke(history, "--abort")
+    assert result.exit_code == 0, result.output
+    assert snapshot(history.project) == before
+    assert not rebase.state_dir(history.project).exists()
+
+
+def test_exactly_one_action(history):
+    assert invoke(history).exit_code == 3
+    assert invoke(history, "--onto", "main", "--abort").exit_code == 3

@@ -1,0 +1,51 @@
+"""drift and rebase of the real series against a real Megatron-LM mirror (ROCMPATCH_TEST_UPSTREAM)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from rocmpatch import drift, gitcmd, rebase, series, store
+from rocmpatch.schema import SERIES_FILE
+
+pytestmark = pytest.mark.upstream
+
+PATCHSETS = series.PACKAGE_DIR.parent / "patchsets"
+
+
+@pytest.fixture(scope="module")
+def real_series():
+    if not (PATCHSETS / SERIES_FILE).is_file():
+        pytest.skip("the real series (patchsets/series.yaml) is not in this checkout")
+    return series.load(series.locate(PATCHSETS))
+
+
+def test_drift_to_main_names_a_commit_on_main_for_every_break(real_series, upstream_mirror):
+    repo, commits = store.history_repo(str(upstream_mirror), [real_series.locked().upstream.commit, "main"])
+    report = drift.run_drift(repo, [p.patch for p in real_series.patches], real_series.locked().upstream.commit, "main")
+    main_line = set(gitcmd.first_parent_line(repo, report.base, "main"))
+    assert report.commits > 4000 and report.candidates < report.commits
+    for item in report.patches:
+        assert item.at_from == drift.APPLIES, item
+        if not item.ok:
+            assert item.first_bad.id in main_line and item.first_bad.subject
+            assert item.moved_to or item.deleted or item.reason or item.state == drift.OBSOLETE
+
+
+def test_rebase_onto_core_v0_6_0_finishes_or_stops_and_aborts_cleanly(real_series, upstream_mirror, tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(PATCHSETS, project / "patchsets")
+    shutil.copy(real_series.location.lock_path, project / "upstream.lock")
+    loaded = series.load(series.locate(project / "patchsets"))
+    items = [rebase.SeriesPatch(p.name, p.entry.file, p.path.read_bytes().decode("utf-8", "surrogateescape")) for p in loaded.patches]
+    repo, commits = store.history_repo(str(upstream_mirror), [loaded.locked().upstream.commit, "core_v0.6.0"])
+    result = rebase.start(project, repo, loaded.locked().upstream.commit, commits["core_v0.6.0"], "core_v0.6.0", items)
+    outcomes = [o.result for o in result.outcomes]
+    if isinstance(result, rebase.Stopped):
+        assert outcomes[-1] == rebase.CONFLICT and result.files
+        assert "<<<<<<< upstream" in (result.worktree / result.files[0]).read_text()
+        rebase.abort(project)
+        assert sorted(p.name for p in project.iterdir()) == ["patchsets", "upstream.lock"]
+    else:
+        assert len(outcomes) == len(items)

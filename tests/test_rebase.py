@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import pytest
+
+from rocmpatch import gitcmd, rebase
+from rocmpatch.errors import InvalidInput, TargetRefused
+from rocmpatch.patching import apply_series, parse_patch
+from tests.upstream_history import make_history
+
+
+@pytest.fixture
+def history(tmp_path):
+    return make_history(tmp_path)
+
+
+@pytest.fixture
+def project(tmp_path):
+    path = tmp_path / "project"
+    path.mkdir()
+    gitcmd.run(path, "init", "-q")
+    return path
+
+
+def series(history):
+    return [rebase.SeriesPatch(name, f"{n:04d}-{name}.patch", text) for n, (name, text) in enumerate(history.patch_texts.items(), 1)]
+
+
+def start(history, project, onto="main"):
+    repo = gitcmd.open_repo(history.repo)
+    return rebase.start(project, repo, history.pin, gitcmd.resolve_commit(repo, onto), onto, series(history))
+
+
+def resolve_alpha(worktree):
+    """Keep both sides: upstream's line 6 and our line 5."""
+    text = (worktree / "a.py").read_text()
+    assert "<<<<<<< " in text
+    lines = [f"a line {n}\n" for n in range(1, 22)]
+    lines[4] = "a line 5 patched for rocm\n"
+    lines[5] = "a line 6 changed upstream\n"
+    (worktree / "a.py").write_text("".join(lines))
+
+
+def test_clean_rebase_before_any_break(history, project):
+    done = start(history, project, onto=history.commits["m2"])
+    assert isinstance(done, rebase.Finished)
+    assert [o.result for o in done.outcomes] == [rebase.CLEAN] * 4
+
+
+def test_stops_on_a_real_conflict_then_continue_carries_the_rename(history, project):
+    stopped = start(history, project)
+    assert isinstance(stopped, rebase.Stopped)
+    assert stopped.patch == "alpha" and stopped.files == ["a.py"]
+    assert rebase.in_progress(project)
+    # The markers must go before --continue takes the files.
+    with pytest.raises(InvalidInput, match="conflict marker"):
+        rebase.resume(project, series(history))
+    resolve_alpha(stopped.worktree)
+    done = rebase.resume(project, series(history))
+    assert isinstance(done, rebase.Finished)
+    assert [(o.name, o.result) for o in done.outcomes] == [
+        ("alpha", rebase.RESOLVED), ("mod", rebase.MERGED), ("gamma", rebase.OBSOLETE), ("beta", rebase.CLEAN),
+    ]
+    assert done.texts["gamma"] is None
+    assert "+++ b/new/mod.py" in done.texts["mod"] and "a/old/mod.py" not in done.texts["mod"]
+    assert done.texts["alpha"].startswith("From 0000000000000000000000000000000000000000 ")
+    assert "Subject: [PATCH] alpha: patch a.py" in done.texts["alpha"]
+    # The refreshed series applies exactly on the new upstream and gives the rebased tree.
+    repo = gitcmd.open_repo(history.repo)
+    patches = [parse_patch(t, name=n, source=n) for n, t in done.texts.items() if t]
+    onto_tree = gitcmd.tree_of(repo, done.onto)
+    tree = gitcmd.write_tree(repo, onto_tree, apply_series(patches, gitcmd.TreeReader(repo, onto_tree).read))
+    assert tree == done.tree
+
+
+def test_abort_leaves_nothing(history, project):
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    stopped = start(history, project)
+    assert stopped.worktree.is_dir()
+    rebase.abort(project)
+    assert not rebase.in_progress(project)
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+    with pytest.raises(TargetRefused):
+        rebase.abort(project)
+
+
+def test_a_second_rebase_waits_for_the_first(history, project):
+    start(history, project)
+    with pytest.raises(Exception, match="already in progress"):
+        start(history, project)
+
+
+def test_continue_refuses_a_series_edited_meanwhile(history, project):
+    start(history, project)
+    edited = series(history)
+    edited[1] = rebase.SeriesPatch(edited[1].name, edited[1].file, edited[1].text + " \n")
+    with pytest.raises(TargetRefused, match="series changed"):
+        rebase.resume(project, edited)
+
+
+def test_an_unchanged_patch_keeps_its_file_byte_for_byte(history, project):
+    done = start(history, project, onto=history.commits["m1"])
+    assert done.texts == dict(history.patch_texts)
