@@ -75,6 +75,7 @@ class ChildOutcome:
     returncode: int | None
     seconds: float
     timed_out: bool = False
+    stdout: list[str] = field(default_factory=list)  # every stdout line, for stages that parse logs
 
 
 def child_env(selection: dict[str, Any] | None) -> dict[str, str]:
@@ -160,7 +161,7 @@ def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -
         reader.join(timeout=2.0)
     result = None if timed_out else last_result(stdout)
     lines = [line for line in tail if last_result([line]) is None]
-    return ChildOutcome(result, lines, process.returncode, time.monotonic() - start, timed_out)
+    return ChildOutcome(result, lines, process.returncode, time.monotonic() - start, timed_out, stdout)
 
 
 def outcome_to_result(name: str, outcome: ChildOutcome, timeout: float,
