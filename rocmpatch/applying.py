@@ -1,0 +1,115 @@
+"""`rocmpatch apply`: bring a target to pin + series, atomically.
+
+All patched trees are computed in memory first; only when the whole series applied are commits
+created and the target moved (see target.move). A new directory is built beside its final
+place and renamed into it, so it appears only complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from rocmpatch import gitcmd, history, store, target
+from rocmpatch.errors import InvalidInput, TargetRefused
+from rocmpatch.schema import Lock
+from rocmpatch.series import LOCK_HINT, LoadedPatch, LoadedSeries
+from rocmpatch.trees import Step, patch_trees
+
+EDITS_HINT = "commit or stash your changes elsewhere, or run 'rocmpatch unapply --force' to save them as a patch file"
+
+
+@dataclass
+class ApplyResult:
+    target: Path
+    created: bool  # the target directory was made by this run
+    already: list[str] = field(default_factory=list)  # names applied before this run
+    applied: list[str] = field(default_factory=list)  # names applied (or, with --dry-run, to apply) now
+    recovered: str | None = None  # an interrupted operation this run finished first
+    head: str | None = None
+    dry_run: bool = False
+
+
+def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = None, dry_run: bool = False) -> ApplyResult:
+    lock = loaded.locked()
+    gitcmd.require_git()
+    directory = directory.absolute()
+    if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
+        return _apply_new(loaded, lock, directory, url_override, dry_run)
+    repo = gitcmd.open_repo(directory)
+    if Path(repo.working_tree_dir or "").resolve() != directory.resolve():
+        raise TargetRefused(f"{directory}: is inside the git repository {repo.working_tree_dir}, not its top", hint="give the checkout's top directory")
+    with target.locked(repo):
+        result = ApplyResult(directory, created=False, dry_run=dry_run)
+        if not dry_run:
+            result.recovered = target.recover(repo)
+        _apply_existing(repo, loaded, lock, result)
+        return result
+
+
+def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: str | None, dry_run: bool) -> ApplyResult:
+    cache = store.cached_repo(lock.upstream, url_override)
+    result = ApplyResult(directory, created=True, dry_run=dry_run)
+    if dry_run:
+        steps = _planned_steps(cache, loaded, loaded.patches, lock.upstream.tree)
+        result.applied = [s.patch.name for s in steps]
+        return result
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".rocmpatch-partial", dir=directory.parent))
+    try:
+        repo = target.materialize(building, cache, lock.upstream.commit, lock.upstream.url)
+        _apply_existing(repo, loaded, lock, result)
+        repo.close()
+        try:
+            os.rename(building, directory)  # atomic; replaces an empty directory, fails on a non-empty one
+        except OSError as exc:
+            raise TargetRefused(f"{directory}: appeared while it was being built ({exc.strerror})", hint="another process created it; rerun apply to update it") from None
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    result.target = directory
+    return result
+
+
+def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: ApplyResult) -> None:
+    pin = lock.upstream.commit
+    state = history.read(repo)
+    if state.base != pin:
+        where = f"commit {state.base}" if state.base else "no commit"
+        raise TargetRefused(f"{repo.working_tree_dir}: is at {where}, not the pinned {lock.upstream.ref} ({pin}); nothing was changed", hint="apply into a new directory, or check out the pinned commit first")
+    for index, applied in enumerate(state.applied):
+        expected = loaded.patches[index] if index < len(loaded.patches) else None
+        if expected is None or (expected.name, expected.sha256) != (applied.name, applied.sha256):
+            raise TargetRefused(
+                f"{repo.working_tree_dir}: carries patch {applied.name!r} (sha256 {applied.sha256[:12]}…) that is not the series' patch {index + 1}; nothing was changed",
+                hint="run 'rocmpatch unapply' to go back to the pin, then apply again",
+            )
+    target.refuse_user_edits(repo, hint=EDITS_HINT)
+    result.already = [a.name for a in state.applied]
+    remaining = loaded.patches[len(state.applied):]
+    head = state.head
+    result.head = head
+    if not remaining:
+        return
+    steps = _planned_steps(repo, loaded, remaining, gitcmd.tree_of(repo, head))
+    result.applied = [s.patch.name for s in steps]
+    if result.dry_run:
+        return
+    new_head = head
+    for step in steps:
+        new_head = history.commit_patch(repo, step.patch, step.tree, new_head, pin)
+        target.interruption_point("commit-created")
+    target.move(repo, head, new_head, "apply")
+    result.head = new_head
+
+
+def _planned_steps(repo: git.Repo, loaded: LoadedSeries, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
+    steps = patch_trees(repo, base_tree, patches)
+    lock = loaded.locked()
+    if steps and steps[-1].tree != lock.patched_tree:
+        raise InvalidInput(f"{loaded.location.lock_path}: patched_tree", f"is {lock.patched_tree}, but the series gives {steps[-1].tree}", hint=LOCK_HINT)
+    return steps

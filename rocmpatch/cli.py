@@ -1,0 +1,134 @@
+"""The command line: declares the commands and their shared options, nothing else.
+
+Each command's work is in rocmpatch/commands/<name>.py (imported on use, so `--help` stays fast);
+it returns an ExitCode, and error_handler turns errors into one line and a documented code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from rocmpatch.errors import ExitCode
+
+app = typer.Typer(
+    name="rocmpatch",
+    help="Apply, verify and maintain the ROCm patch series for NVIDIA Megatron-LM.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# --- shared options, declared once ------------------------------------------------------------
+TargetOption = Annotated[Path, typer.Option("--target", "-t", help="The Megatron-LM checkout (a new directory is created).", show_default=False)]
+UpstreamUrlOption = Annotated[
+    Optional[str],
+    typer.Option("--upstream-url", envvar="ROCMPATCH_UPSTREAM_URL", show_envvar=True, metavar="URL",
+                 help="Fetch the pinned commit from here instead of the lock's url (a mirror, a path, file:// or https://); the commit must still match."),
+]
+SeriesDirOption = Annotated[
+    Optional[Path],
+    typer.Option("--series-dir", envvar="ROCMPATCH_SERIES_DIR", show_envvar=True, metavar="DIR",
+                 help="The series directory (series.yaml + patches); its lock is DIR/../upstream.lock. Default: the checkout's or the bundled patchsets/."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (format in docs/commands.md).")]
+
+
+def _run(command: Callable[..., ExitCode], **kwargs) -> None:
+    from rocmpatch.error_handler import handled
+
+    with handled():
+        code = command(**kwargs)
+    raise typer.Exit(int(code))
+
+
+def _version(value: bool) -> None:
+    if value:
+        from rocmpatch.commands.version import run
+
+        _run(run)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and the pinned upstream, then exit.")] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def fetch(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None) -> None:
+    """Bring the pinned upstream commit into the local cache (a shallow fetch of exactly that commit)."""
+    from rocmpatch.commands.fetch import run
+
+    _run(run, upstream_url=upstream_url, series_dir=series_dir)
+
+
+@app.command()
+def apply(
+    target: TargetOption,
+    upstream_url: UpstreamUrlOption = None,
+    series_dir: SeriesDirOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check that the series applies and say what would change; change nothing.")] = False,
+) -> None:
+    """Make TARGET the pinned commit plus the whole series: create it, or apply what is missing."""
+    from rocmpatch.commands.apply import run
+
+    _run(run, target=target, upstream_url=upstream_url, series_dir=series_dir, dry_run=dry_run)
+
+
+@app.command()
+def verify(target: TargetOption, series_dir: SeriesDirOption = None, json: JsonOption = False, upstream_url: UpstreamUrlOption = None) -> None:
+    """Exit 0 only if TARGET is byte for byte the pin plus the series; else list what differs."""
+    from rocmpatch.commands.verify import run
+
+    _run(run, target=target, series_dir=series_dir, as_json=json, upstream_url=upstream_url)
+
+
+@app.command()
+def status(target: TargetOption, series_dir: SeriesDirOption = None, json: JsonOption = False) -> None:
+    """Show each patch of the series as applied, not applied or conflicting, with its files."""
+    from rocmpatch.commands.status import run
+
+    _run(run, target=target, series_dir=series_dir, as_json=json)
+
+
+@app.command()
+def unapply(
+    target: TargetOption,
+    series_dir: SeriesDirOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Save uncommitted edits as a patch file (path printed), then unapply.")] = False,
+) -> None:
+    """Take TARGET back to the pristine pinned commit."""
+    from rocmpatch.commands.unapply import run
+
+    _run(run, target=target, series_dir=series_dir, force=force)
+
+
+@app.command()
+def check(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None, json: JsonOption = False) -> None:
+    """Apply the series to the pinned commit in memory (no working tree) and report each patch."""
+    from rocmpatch.commands.check import run
+
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, as_json=json)
+
+
+@app.command()
+def lock(
+    check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 when upstream.lock is stale.")] = False,
+    upstream_url: UpstreamUrlOption = None,
+    series_dir: SeriesDirOption = None,
+    url: Annotated[Optional[str], typer.Option("--url", help="Re-pin: the upstream URL to record.")] = None,
+    ref: Annotated[Optional[str], typer.Option("--ref", help="Re-pin: the tag or branch name to record.")] = None,
+    commit: Annotated[Optional[str], typer.Option("--commit", help="Re-pin: the full 40-hex commit id.")] = None,
+) -> None:
+    """Regenerate upstream.lock from series.yaml, the patch files and the pinned upstream."""
+    from rocmpatch.commands.lock import run
+
+    _run(run, check=check, upstream_url=upstream_url, series_dir=series_dir, url=url, ref=ref, commit=commit)
+
+
+def main() -> None:
+    app(prog_name="rocmpatch")

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from rocmpatch import applying, series
+from rocmpatch.console import out
+from rocmpatch.errors import ExitCode
+
+
+def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_run: bool) -> ExitCode:
+    loaded = series.load(series.locate(series_dir))
+    result = applying.apply(loaded, target, url_override=upstream_url, dry_run=dry_run)
+    if result.recovered:
+        out.print(f"finished the interrupted '{result.recovered}' first", markup=False)
+    verb = "would apply" if dry_run else "applied"
+    if result.created and not dry_run:
+        out.print(f"created {result.target} at the pinned commit", markup=False)
+    for name in result.already:
+        out.print(f"  already applied  {name}", markup=False)
+    for name in result.applied:
+        out.print(f"  {verb:<15}  {name}", markup=False)
+    if not result.applied:
+        out.print(f"{result.target}: the whole series is already applied; nothing to do", markup=False)
+    elif not dry_run:
+        out.print(f"{result.target}: {len(result.applied)} patch(es) applied, HEAD {result.head}", markup=False)
+    return ExitCode.OK

@@ -1,0 +1,76 @@
+"""Turn every way a command can end into an exit code.
+
+A RocmpatchError is something the user can fix: one line (and its hint) on stderr, and the
+error's documented exit code. Ctrl-C is 130. Anything else is a bug in rocmpatch: the
+traceback goes to a log file so the terminal shows one line saying where it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Iterator
+
+from rocmpatch import __version__
+from rocmpatch.errors import ExitCode, RocmpatchError
+
+
+def log_dir() -> Path:
+    from rocmpatch.store import cache_dir  # late: keep `--help` light
+
+    return cache_dir() / "logs"
+
+
+def write_crash_log(exc: BaseException) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = (
+        f"rocmpatch {__version__}, python {sys.version.split()[0]}\n"
+        f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc))
+    )
+    for directory in (log_dir(), Path(tempfile.gettempdir())):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(prefix=f"rocmpatch-crash-{stamp}-", suffix=".log", dir=directory)
+            with os.fdopen(handle, "w", encoding="utf-8") as log:
+                log.write(text)
+            return Path(name)
+        except OSError:
+            continue
+    raise OSError("no writable directory for the crash log")
+
+
+def report(exc: BaseException) -> ExitCode:
+    """Print what the user needs to know about `exc`; return the exit code for it."""
+    from rocmpatch.console import err
+
+    if isinstance(exc, RocmpatchError):
+        err.print(f"rocmpatch: error: {exc.message}", markup=False)
+        if exc.hint:
+            err.print(f"  hint: {exc.hint}", markup=False)
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        err.print("rocmpatch: interrupted", markup=False)
+        return ExitCode.INTERRUPTED
+    try:
+        where = f"the traceback is in {write_crash_log(exc)}"
+    except OSError:
+        where = "the traceback follows:\n" + "".join(traceback.format_exception(exc))
+    err.print(f"rocmpatch: internal error: {type(exc).__name__}: {exc}; {where}", markup=False)
+    err.print("  hint: this is a bug in rocmpatch; please report it with that log", markup=False)
+    return ExitCode.INTERNAL
+
+
+@contextlib.contextmanager
+def handled() -> Iterator[None]:
+    """Run a command body; turn whatever ends it into SystemExit(exit code)."""
+    try:
+        yield
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001  (the point of this module)
+        raise SystemExit(int(report(exc))) from None

@@ -1,0 +1,75 @@
+"""`rocmpatch status`: where each patch of the series stands in a target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocmpatch import gitcmd, history, target
+from rocmpatch.errors import RocmpatchError
+from rocmpatch.series import LoadedSeries
+from rocmpatch.trees import SeriesApplier
+
+APPLIED, NOT_APPLIED, CONFLICTING = "applied", "not-applied", "conflicting"
+
+
+@dataclass
+class PatchState:
+    name: str
+    file: str
+    summary: str
+    state: str  # applied | not-applied | conflicting
+    files: list[str]
+    reason: str | None = None
+
+
+@dataclass
+class StatusReport:
+    target: Path
+    pin: str
+    head: str | None
+    base: str | None
+    uncommitted: list[str]
+    interrupted: str | None
+    patches: list[PatchState] = field(default_factory=list)
+
+    @property
+    def at_pin(self) -> bool:
+        return self.base == self.pin
+
+    def to_json(self) -> dict:
+        return {
+            "target": str(self.target), "pin": self.pin, "head": self.head, "base": self.base,
+            "at_pin": self.at_pin, "interrupted": self.interrupted, "uncommitted": self.uncommitted,
+            "patches": [
+                {"name": p.name, "file": p.file, "summary": p.summary, "state": p.state, "files": p.files, "reason": p.reason}
+                for p in self.patches
+            ],
+        }
+
+
+def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
+    lock = loaded.lock or loaded.locked()
+    repo = gitcmd.open_repo(directory)
+    state = history.read(repo)
+    journal = target.pending(repo)
+    report = StatusReport(directory, lock.upstream.commit, state.head, state.base,
+                          [p for _, p in gitcmd.dirty_paths(repo)], journal["operation"] if journal else None)
+    applier = SeriesApplier(repo, gitcmd.tree_of(repo, state.head)) if state.head else None
+    for index, loaded_patch in enumerate(loaded.patches):
+        item = PatchState(loaded_patch.name, loaded_patch.entry.file, loaded_patch.entry.summary, NOT_APPLIED, list(loaded_patch.patch.paths))
+        if index < len(state.applied):
+            applied = state.applied[index]
+            if (applied.name, applied.sha256) == (loaded_patch.name, loaded_patch.sha256):
+                item.state = APPLIED
+            else:
+                item.state, item.reason = CONFLICTING, f"the target has {applied.name!r} (sha256 {applied.sha256[:12]}…) in this place"
+        elif applier is None:
+            item.state, item.reason = CONFLICTING, "the target has no commit"
+        else:
+            try:
+                applier.apply(loaded_patch)
+            except RocmpatchError as exc:
+                item.state, item.reason = CONFLICTING, exc.message
+        report.patches.append(item)
+    return report

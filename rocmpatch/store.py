@@ -1,0 +1,143 @@
+"""The cache of pinned upstream commits.
+
+One bare repository per commit id, filled by a shallow fetch of exactly that commit, so a
+machine downloads the pin once (a few MB, not Megatron's whole history) and every later
+apply, check or lock reads it locally. A file lock keeps two processes from filling the same
+entry; a half-built entry is deleted, so the cache only ever holds complete, verified commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import git
+
+from rocmpatch import gitcmd
+from rocmpatch.errors import Busy, UpstreamError
+from rocmpatch.schema import Upstream
+
+UPSTREAM_URL_VARIABLE = "ROCMPATCH_UPSTREAM_URL"
+CACHE_DIR_VARIABLE = "ROCMPATCH_CACHE_DIR"
+LOCK_WAIT_SECONDS = 600.0  # another process may be downloading the same commit
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_DIR_VARIABLE):
+        return Path(os.environ[CACHE_DIR_VARIABLE]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rocmpatch"
+
+
+def upstream_url(upstream: Upstream, override: str | None = None) -> str:
+    """Where to fetch from: --upstream-url, else ROCMPATCH_UPSTREAM_URL, else the lock's url.
+
+    The commit must match whatever the source; a local path is made absolute because git runs
+    in another directory.
+    """
+    url, source = upstream.url, "upstream.lock url"
+    if override:
+        url, source = override, "--upstream-url"
+    elif os.environ.get(UPSTREAM_URL_VARIABLE):
+        url, source = os.environ[UPSTREAM_URL_VARIABLE], UPSTREAM_URL_VARIABLE
+    gitcmd.check_url(url, source=source)
+    local = gitcmd.local_path_of(url)
+    if local is not None:
+        if not local.exists():
+            raise UpstreamError(f"{source}: {local} does not exist", hint="give a git repository path, a file:// URL or https:// URL")
+        url = str(local.resolve())
+    return url
+
+
+def commit_path(commit: str) -> Path:
+    return cache_dir() / "commits" / f"{commit}.git"
+
+
+def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress: bool = True) -> git.Repo:
+    """The bare cache repository holding upstream.commit, fetching it on first use.
+
+    A warm cache answers without any network call (the URL is not even checked for reachability).
+    The commit id and its tree id are checked against the lock either way.
+    """
+    path = commit_path(upstream.commit)
+    if path.is_dir():
+        return _verified(gitcmd.open_repo(path), upstream, path)
+    url = upstream_url(upstream, url_override)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the cache entry {path}"):
+        if path.is_dir():  # another process filled it while we waited
+            return _verified(gitcmd.open_repo(path), upstream, path)
+        building = Path(tempfile.mkdtemp(prefix=f".{upstream.commit}.", suffix=".partial", dir=path.parent))
+        try:
+            repo = gitcmd.init_repo(building, bare=True)
+            with _progress(f"fetching {upstream.commit[:12]} ({upstream.ref}) from {url}") as report:
+                gitcmd.fetch_commit(repo, url, upstream.commit, depth=1, progress=report)
+            _verified(repo, upstream, url)
+            # A ref keeps the commit reachable: safe from gc, and fetchable by id from this cache.
+            gitcmd.update_ref(repo, "refs/rocmpatch/pin", upstream.commit)
+            os.rename(building, path)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+    return gitcmd.open_repo(path)
+
+
+def _verified(repo: git.Repo, upstream: Upstream, source: Path | str) -> git.Repo:
+    if gitcmd.resolve_commit(repo, upstream.commit) != upstream.commit:
+        raise UpstreamError(f"{source}: does not contain commit {upstream.commit}", hint=f"delete {commit_path(upstream.commit)} and run 'rocmpatch fetch'")
+    tree = gitcmd.tree_of(repo, upstream.commit)
+    if upstream.tree and tree != upstream.tree:
+        raise UpstreamError(f"{source}: commit {upstream.commit} has tree {tree}, but upstream.lock says {upstream.tree}", hint="the lock is wrong or the upstream was rewritten; run 'rocmpatch lock' only if you trust this upstream")
+    return repo
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, wait: float, what: str) -> Iterator[None]:
+    """An exclusive fcntl lock on `path`; raises Busy after `wait` seconds.
+
+    The kernel drops the lock when the process dies, so a crash never leaves a stale lock.
+    """
+    handle = open(path, "a+")
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise Busy(f"{what} is in use by another rocmpatch process (lock {path})", hint="wait for it to finish and retry") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        handle.close()
+
+
+_PERCENT = re.compile(r"^(?P<stage>[A-Za-z ]+):\s+(?P<percent>\d+)%")
+
+
+@contextlib.contextmanager
+def _progress(title: str):
+    """A Rich progress bar fed by git's own progress lines (on stderr, gone when done)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rocmpatch.console import err
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        err.print(title, markup=False)
+        task = progress.add_task("connecting", total=100)
+
+        def report(line: str) -> None:
+            match = _PERCENT.match(line)
+            if match:
+                progress.update(task, description=match["stage"].strip(), completed=int(match["percent"]))
+
+        yield report

@@ -1,0 +1,74 @@
+"""The series applied to git trees in memory: one tree id per patch, no working tree involved.
+
+apply, check, lock and verify all start here, so a series that does not apply fails before any
+target is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import git
+
+from rocmpatch import gitcmd
+from rocmpatch.errors import InvalidInput
+from rocmpatch.patching import apply_patch
+from rocmpatch.series import LoadedPatch
+
+
+@dataclass(frozen=True)
+class Step:
+    patch: LoadedPatch
+    tree: str  # the tree after this patch (and all before it)
+
+
+class SeriesApplier:
+    """Patches applied one after another on top of a base tree, all in memory."""
+
+    def __init__(self, repo: git.Repo, base_tree: str) -> None:
+        self.repo, self.base_tree = repo, base_tree
+        self.reader = gitcmd.TreeReader(repo, base_tree)
+        self.changes: dict[str, bytes | None] = {}
+        self.modes: dict[str, int] = {}
+
+    def read(self, path: str) -> bytes | None:
+        return self.changes[path] if path in self.changes else self.reader.read(path)
+
+    def apply(self, loaded: LoadedPatch) -> None:
+        """Apply one more patch; on PatchConflict / InvalidInput nothing of it is kept."""
+        refuse_symlinks(self.reader, loaded)
+        self.changes.update(apply_patch(loaded.patch, self.read))
+        for file_patch in loaded.patch.files:
+            if file_patch.old_path is None and file_patch.new_path:
+                self.modes[file_patch.new_path] = int(file_patch.new_mode, 8)
+
+    def tree(self) -> str:
+        """The tree id of the current state (written to the repository's object store)."""
+        return gitcmd.write_tree(self.repo, self.base_tree, self.changes, self.modes)
+
+
+def patch_trees(repo: git.Repo, base_tree: str, patches: Iterable[LoadedPatch]) -> list[Step]:
+    """Apply patches in order on base_tree; raise PatchConflict / InvalidInput on the first problem."""
+    applier = SeriesApplier(repo, base_tree)
+    steps = []
+    for loaded in patches:
+        applier.apply(loaded)
+        steps.append(Step(loaded, applier.tree()))
+    return steps
+
+
+def refuse_symlinks(reader: gitcmd.TreeReader, loaded: LoadedPatch) -> None:
+    for path in loaded.patch.paths:
+        link = reader.symlink_on_path(path)
+        if link is not None:
+            raise InvalidInput(loaded.path, f"touches {path!r} through the symlink {link!r}", hint="a patch may only change regular files; patch the link's target instead")
+
+
+def touched_by(patches: Iterable[LoadedPatch]) -> dict[str, list[str]]:
+    """{path: names of the patches that touch it}."""
+    found: dict[str, list[str]] = {}
+    for loaded in patches:
+        for path in loaded.patch.paths:
+            found.setdefault(path, []).append(loaded.name)
+    return found
