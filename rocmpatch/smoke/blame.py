@@ -7,30 +7,26 @@ missing ordinary dependency, what to install.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from rocmpatch.patching import parse_patch
-from rocmpatch.schema import load_series
+from rocmpatch import series
 
 # Import names whose pip package is named differently.
 PIP_NAMES = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "cv2": "opencv-python",
              "pkg_resources": "'setuptools<81' (newer setuptools no longer ships pkg_resources)"}
 
 
-def patch_index(series_dir: Path | None) -> dict[str, list[str]]:
-    """{repository path: names of the patches that change it}; empty when there is no series."""
-    if series_dir is None or not (series_dir / "series.yaml").is_file():
+def patch_index(location: series.Location | None) -> dict[str, list[str]]:
+    """{repository path: names of the patches that change it}; empty when there is no usable series."""
+    if location is None:
         return {}
-    index: dict[str, list[str]] = {}
     try:
-        series = load_series(series_dir)
-        for entry in series.entries:
-            text = (series_dir / entry.file).read_bytes().decode("utf-8", "surrogateescape")
-            for file_patch in parse_patch(text, name=entry.name, source=entry.file).files:
-                for path in {file_patch.old_path, file_patch.new_path} - {None}:
-                    index.setdefault(path, []).append(entry.name)
+        loaded = series.load(location, require_lock=False)
     except Exception:  # noqa: BLE001 - a broken series must not hide the smoke result; `check` reports it
         return {}
+    index: dict[str, list[str]] = {}
+    for patch in loaded.patches:
+        for file_patch in patch.patch.files:
+            for path in {file_patch.old_path, file_patch.new_path} - {None}:
+                index.setdefault(path, []).append(patch.name)
     return index
 
 

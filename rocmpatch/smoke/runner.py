@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rocmpatch.series import Location
 from rocmpatch.smoke import blame
 
 STAGES = ("environment", "import", "ops", "collectives", "train")
@@ -64,7 +65,7 @@ class Plan:
     gpus: list[int] | None = None
     train_iters: int = 20
     timeouts: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS))
-    series_dir: Path | None = None  # for pointing failures at patches
+    series: Location | None = None  # where the series is, for pointing failures at patches
     stages: tuple[str, ...] = STAGES
 
 
@@ -194,7 +195,7 @@ def outcome_to_result(name: str, outcome: ChildOutcome, timeout: float,
 def run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None = None) -> list[StageResult]:
     """Every stage of the plan in order; Ctrl-C marks the running stage failed and skips the rest."""
     results: dict[str, StageResult] = {}
-    index = blame.patch_index(plan.series_dir)
+    index = blame.patch_index(plan.series)
     selection: dict[str, Any] | None = None
     config: dict[str, Any] = {"target": str(plan.target.resolve()), "device": plan.device,
                               "gpus": plan.gpus, "train_iters": plan.train_iters}
