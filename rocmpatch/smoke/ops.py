@@ -251,7 +251,6 @@ class Check:
     module_path: str  # repository path of the code under test: decides availability and blame
     run: Callable  # (torch, device, dtype) -> [(what, out, ref)]
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
-    needs_process_group: bool = False
 
 
 def checks() -> list[Check]:
@@ -283,7 +282,7 @@ def checks() -> list[Check]:
     result.append(Check("optimizer SGD step", "megatron/optimizer/__init__.py",
                         lambda t, d, x: _run_optimizer(t, "SGD", d, x), dtypes=("float32",)))
     result.append(Check("grad-norm clipping", "megatron/optimizer/clip_grads.py", _run_clip,
-                        dtypes=("float32",), needs_process_group=True))
+                        dtypes=("float32",)))
     return result
 
 
@@ -312,6 +311,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def single_process_model_parallel(torch, platform: str) -> None:
+    """A world of one with Megatron's groups (TP=PP=CP=1), as the ops see it in training: some ask
+    parallel_state about their groups as soon as torch.distributed is initialized."""
+    backend = "gloo" if platform == "cpu" else "nccl"
+    torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
+                                         world_size=1, rank=0)
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(1, 1)
 
 
 def run_case(torch, check: Check, device, dtype_name: str, platform: str, target: str) -> Case:
@@ -361,10 +371,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         device = torch.device("cuda", 0)
     torch.manual_seed(0)
     available = [c for c in checks() if (Path(target) / c.module_path).is_file()]
-    if any(c.needs_process_group for c in available) and not torch.distributed.is_initialized():
-        backend = "gloo" if platform == "cpu" else "nccl"
-        torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
-                                             world_size=1, rank=0)
+    single_process_model_parallel(torch, platform)
     dtypes = supported_dtypes(torch, platform)
     cases = [run_case(torch, check, device, dtype, platform, target)
              for check in available for dtype in check.dtypes if dtype in dtypes]

@@ -151,8 +151,10 @@ def train_once(config: dict[str, Any], mcore: bool, precision: str | None, timeo
 
 
 def cpu_reason(target: Path) -> str:
-    return ("on CPU: pretrain_gpt.py at core_v0.5.0 needs a GPU (initialize calls torch.cuda.set_device, "
-            "the tensor-parallel RNG tracker is CUDA-only) and this tree adds no CPU training path")
+    core_on_cpu = "def get_current_device" in (target / "megatron/core/utils.py").read_text(errors="replace")
+    return ("on CPU: pretrain_gpt.py needs a GPU (megatron/initialize.py calls torch.cuda.set_device)"
+            + ("; this tree's megatron.core runs on CPU, which the series' own tests exercise" if core_on_cpu
+               else "; this tree adds no CPU training path"))
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
