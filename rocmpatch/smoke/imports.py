@@ -89,8 +89,9 @@ class NvidiaImportWatcher:
     def _importer(self) -> str | None:
         frame = sys._getframe(1)
         while frame is not None:
-            path = os.path.realpath(frame.f_code.co_filename)
-            if path.startswith(self.root):
+            name = frame.f_code.co_filename
+            path = os.path.realpath(name)
+            if not name.startswith("<") and path.startswith(self.root):  # not <frozen importlib._bootstrap>
                 return Path(path[len(self.root):]).as_posix()
             frame = frame.f_back
         return None
@@ -124,7 +125,6 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     put_target_first(str(target))
     watcher = NvidiaImportWatcher(str(target))
     sys.meta_path.insert(0, watcher)
-    import torch  # noqa: F401 - torch's own imports are not the target's doing
 
     names = entry_modules(target)
     if not names:
