@@ -193,7 +193,23 @@ def outcome_to_result(name: str, outcome: ChildOutcome, timeout: float,
 
 
 def run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None = None) -> list[StageResult]:
-    """Every stage of the plan in order; Ctrl-C marks the running stage failed and skips the rest."""
+    """Every stage of the plan in order; Ctrl-C (or SIGTERM) stops the running stage's processes,
+    marks it failed and skips the rest, then raises Interrupted."""
+    if threading.current_thread() is not threading.main_thread():
+        return _run_stages(plan, on_result)
+    # Children live in their own sessions, so a SIGTERM to smoke must stop them like Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run_stages(plan, on_result)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame) -> None:  # noqa: ARG001 - signal handler protocol
+    raise KeyboardInterrupt
+
+
+def _run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None) -> list[StageResult]:
     results: dict[str, StageResult] = {}
     index = blame.patch_index(plan.series)
     selection: dict[str, Any] | None = None

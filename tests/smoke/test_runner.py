@@ -78,3 +78,29 @@ def test_blame_names_the_patch_that_changes_the_failing_file():
     assert "changed by patch softmax" in text and "rocmpatch status" in text
     assert "pip install einops" in blame.hint([], "einops", False, index)
     assert "no patch of the series changes" in blame.hint(["megatron/nowhere.py"], None, False, index)
+
+
+def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    marker = tmp_path / "child.pid"
+    (tree / "megatron" / "core" / "__init__.py").write_text(
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    code = ("import sys; from pathlib import Path; from rocmpatch.smoke.runner import Plan, run_stages, Interrupted\n"
+            "try:\n    run_stages(Plan(Path(sys.argv[1]), device='cpu', stages=('import', 'ops')))\n"
+            "except Interrupted as stop:\n    print([(r.name, r.status, r.detail) for r in stop.results]); sys.exit(130)\n")
+    process = subprocess.Popen([sys.executable, "-c", code, str(tree)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                               env=child_env(None), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for _ in range(200):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "('import', 'failed', 'interrupted (Ctrl-C); its processes were stopped')" in out
+    assert "('ops', 'skipped', 'interrupted')" in out
+    assert not alive(int(marker.read_text()))
