@@ -7,7 +7,7 @@ it returns an ExitCode, and error_handler turns errors into one line and a docum
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Literal, Optional
 
 import typer
 
@@ -22,7 +22,7 @@ app = typer.Typer(
 )
 
 # --- shared options, declared once ------------------------------------------------------------
-TargetOption = Annotated[Path, typer.Option("--target", "-t", help="The Megatron-LM checkout (a new directory is created).", show_default=False)]
+TargetOption = Annotated[Path, typer.Option("--target", "-t", help="The Megatron-LM checkout.", show_default=False)]
 UpstreamUrlOption = Annotated[
     Optional[str],
     typer.Option("--upstream-url", envvar="ROCMPATCH_UPSTREAM_URL", show_envvar=True, metavar="URL",
@@ -157,6 +157,21 @@ def rebase(
     from rocmpatch.commands.rebase import run
 
     _run(run, onto=onto, resume=resume, abort=abort, upstream_url=upstream_url, series_dir=series_dir)
+
+
+@app.command()
+def smoke(
+    target: TargetOption,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="0,1", help="GPU indices to use (as torch sees them here); default: every visible GPU.")] = None,
+    device: Annotated[Literal["auto", "rocm", "cuda", "cpu"], typer.Option("--device", help="Where to run; auto picks the GPUs of this torch build, else the CPU.")] = "auto",
+    train_iters: Annotated[int, typer.Option("--train-iters", min=2, help="Iterations of each tiny GPT training run.")] = 20,
+    json: JsonOption = False,
+    series_dir: SeriesDirOption = None,
+) -> None:
+    """Check that the patched TARGET imports, computes, communicates and trains on this machine's GPUs (or CPU)."""
+    from rocmpatch.commands.smoke import run
+
+    _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=json, series_dir=series_dir)
 
 
 def main() -> None:

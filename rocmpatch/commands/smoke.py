@@ -1,0 +1,88 @@
+"""`rocmpatch smoke`: does the patched tree work on this machine's GPUs (or CPU)? See docs/smoke.md."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from rocmpatch import series
+from rocmpatch.console import emit_json, err, out
+from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused
+from rocmpatch.smoke import devices
+from rocmpatch.smoke.runner import Interrupted, Plan, StageResult, run_stages
+
+DEVICES = ("auto", "rocm", "cuda", "cpu")
+STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
+
+
+def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_iters: int = 20,
+        as_json: bool = False, series_dir: Path | None = None,
+        timeouts: dict[str, float] | None = None) -> ExitCode:
+    if device not in DEVICES:
+        raise typer.BadParameter(f"{device!r} is not one of {', '.join(DEVICES)}", param_hint="--device")
+    try:
+        gpu_list = devices.parse_gpus(gpus)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--gpus") from None
+    if train_iters < 2:
+        raise typer.BadParameter("needs at least 2 iterations to see the loss fall", param_hint="--train-iters")
+    target = target.expanduser().absolute()
+    if not (target / "megatron" / "core" / "__init__.py").is_file():
+        raise TargetRefused(f"{target} is not a Megatron-LM tree: it has no megatron/core/__init__.py",
+                            hint="pass the patched checkout made by 'rocmpatch apply --target DIR'")
+    if importlib.util.find_spec("torch") is None:
+        raise EnvironmentProblem("smoke needs PyTorch, which is not installed in this Python",
+                                 hint=devices.ROCM_INSTALL)
+    plan = Plan(target=target, device=device, gpus=gpu_list, train_iters=train_iters,
+                series=series.locate(series_dir))
+    if timeouts:
+        plan.timeouts.update(timeouts)
+
+    def progress(result: StageResult) -> None:
+        err.print(f"smoke: {result.name} {result.status} ({result.seconds:.1f}s)", markup=False)
+
+    interrupted = False
+    try:
+        results = run_stages(plan, on_result=progress)
+    except Interrupted as stop:
+        results, interrupted = stop.results, True
+    ok = not interrupted and all(r.status != "failed" for r in results)
+    if as_json:
+        emit_json(report(plan, results, ok))
+    else:
+        render(plan, results)
+    if interrupted:
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK if ok else ExitCode.CHECK_FAILED
+
+
+def report(plan: Plan, results: list[StageResult], ok: bool) -> dict[str, Any]:
+    environment = next((r for r in results if r.name == "environment"), None)
+    return {
+        "target": str(plan.target),
+        "device": plan.device,
+        "platform": environment.extra.get("platform") if environment else None,
+        "gpus": plan.gpus,
+        "ok": ok,
+        "stages": [r.to_json() for r in results],
+    }
+
+
+def render(plan: Plan, results: list[StageResult]) -> None:
+    table = Table("stage", "status", "seconds", "detail", title=f"rocmpatch smoke {plan.target}",
+                  title_justify="left")
+    for result in results:
+        table.add_row(result.name, Text(result.status, style=STYLE[result.status]), f"{result.seconds:.1f}",
+                      Text(result.detail))
+    out.print(table)
+    for result in results:
+        lines = result.extra.get("last_output") or []
+        if result.status == "failed" and lines:
+            err.print(f"last output of {result.name}:", markup=False)
+            for line in lines[-12:]:
+                err.print(f"  {line}", markup=False)

@@ -1,0 +1,194 @@
+"""Stage 5, train: the target's own pretrain_gpt.py trains a tiny GPT on mock data.
+
+torchrun starts one worker per selected GPU; tensor parallelism spans them when there are two or more
+(the largest of 8/4/2 dividing the GPU count; 8 heads). Two runs: the legacy model path and
+--use-mcore-models. The tokenizer is NullTokenizer with --vocab-size, so nothing is downloaded and no
+vocab file is needed; --mock-data needs no dataset. Megatron compiles its dataset helpers
+(megatron/core/datasets/helpers.cpp) at start, with make, a C++ compiler and `python3 -m pybind11`,
+so those are checked first. Pass: every iteration logged, losses finite, the last below the first.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rocmpatch.smoke.child import StageFailure, is_nvidia_only, stage_main
+from rocmpatch.smoke.launch import launcher_timeout, torchrun
+
+MODEL = {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8, "seq_length": 256, "micro_batch_size": 4}
+VOCAB = 1024  # > seq_length: MockGPTDataset writes the sample length as the first token
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
+ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
+LOSS = re.compile(r"lm loss:\s*([0-9.eE+-]+|nan|inf|-inf)", re.IGNORECASE)
+TRACE_FILE = re.compile(r'File "([^"]+)", line (\d+)')
+MISSING = re.compile(r"No module named '([^']+)'")
+
+
+def tensor_parallel_size(world: int, heads: int = MODEL["num_attention_heads"]) -> int:
+    return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
+
+
+def pretrain_args(world: int, iters: int, precision: str | None, mcore: bool) -> list[str]:
+    tp = tensor_parallel_size(world)
+    m = MODEL
+    args = [
+        "--num-layers", str(m["num_layers"]), "--hidden-size", str(m["hidden_size"]),
+        "--num-attention-heads", str(m["num_attention_heads"]), "--seq-length", str(m["seq_length"]),
+        "--max-position-embeddings", str(m["seq_length"]), "--micro-batch-size", str(m["micro_batch_size"]),
+        "--global-batch-size", str(m["micro_batch_size"] * (world // tp)),
+        "--tensor-model-parallel-size", str(tp), "--train-iters", str(iters),
+        "--lr", "1e-3", "--lr-decay-style", "constant", "--mock-data",
+        "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB), "--split", "98,1,1",
+        "--log-interval", "1", "--eval-iters", "1", "--eval-interval", str(iters + 1000),
+        "--distributed-backend", "nccl", "--seed", "1234",
+    ]
+    if precision:
+        args.append(f"--{precision}")
+    if mcore:
+        args.append("--use-mcore-models")
+    return args
+
+
+def parse_log(lines: list[str]) -> list[dict[str, float]]:
+    steps = []
+    for line in lines:
+        found = ITERATION.search(line)
+        loss = LOSS.search(line)
+        if found and loss:
+            elapsed = ELAPSED.search(line)
+            steps.append({"iteration": int(found.group(1)), "loss": float(loss.group(1)),
+                          "ms": float(elapsed.group(1)) if elapsed else math.nan})
+    return steps
+
+
+def traceback_culprits(lines: list[str], target: str) -> tuple[list[str], str | None]:
+    """Target files in the last traceback of a worker's output (innermost first), and a missing module."""
+    root = os.path.realpath(target) + os.sep
+    files: list[str] = []
+    missing = None
+    for line in lines:
+        if line.startswith("Traceback"):
+            files = []
+        found = TRACE_FILE.search(line)
+        if found and os.path.realpath(found.group(1)).startswith(root):
+            files.append(os.path.relpath(os.path.realpath(found.group(1)), root))
+        gone = MISSING.search(line)
+        if gone:
+            missing = gone.group(1)
+    ordered: list[str] = []
+    for path in reversed(files):
+        if path not in ordered:
+            ordered.append(path)
+    return ordered, missing
+
+
+def helper_build_problem() -> str | None:
+    """What stops Megatron compiling its dataset helpers at start, or None."""
+    missing = [tool for tool in ("make",) if shutil.which(tool) is None]
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        missing.append("a C++ compiler (g++)")
+    python3 = shutil.which("python3")
+    if python3 is None:
+        missing.append("python3 on PATH")
+    else:
+        probe = subprocess.run([python3, "-m", "pybind11", "--includes"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            missing.append(f"pybind11 for {python3} (pip install pybind11)")
+    if missing:
+        return ("Megatron compiles megatron/core/datasets/helpers.cpp at start and needs "
+                + ", ".join(missing))
+    return None
+
+
+def precision_flag(platform: str) -> str | None:
+    import torch
+
+    if platform == "cpu":
+        return None
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def train_once(config: dict[str, Any], mcore: bool, precision: str | None, timeout: float) -> dict[str, Any]:
+    target, world, iters = config["target"], int(config.get("world_size") or 1), int(config.get("train_iters") or 20)
+    env = dict(os.environ)
+    if config.get("platform") == "cuda":
+        env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # what NVIDIA's own scripts set; HIP ignores it
+    path = "mcore" if mcore else "legacy"
+    outcome = torchrun(world, "rocmpatch.smoke.script",
+                       [target, "pretrain_gpt.py", *pretrain_args(world, iters, precision, mcore)],
+                       timeout, Path(target), env)
+    steps = parse_log(outcome.stdout)
+    run: dict[str, Any] = {"path": path, "iterations": len(steps), "seconds": round(outcome.seconds, 1)}
+    if outcome.timed_out or outcome.returncode != 0 or len(steps) < iters:
+        culprits, missing = traceback_culprits(outcome.stdout + outcome.tail, target)
+        why = (f"no result within {timeout:g}s" if outcome.timed_out
+               else f"torchrun exited with code {outcome.returncode}")
+        last = next((line for line in reversed(outcome.tail) if "Error" in line or "error" in line),
+                    outcome.tail[-1] if outcome.tail else "no output")
+        raise StageFailure(f"{path} path: {why} after {len(steps)}/{iters} iterations: {last.strip()[:300]}",
+                           culprits=culprits, missing_module=missing,
+                           nvidia_only=bool(missing and is_nvidia_only(missing)), last_output=outcome.tail)
+    losses = [s["loss"] for s in steps]
+    timed = [s["ms"] for s in steps[2:] if not math.isnan(s["ms"])] or [s["ms"] for s in steps]
+    tokens = MODEL["micro_batch_size"] * (world // tensor_parallel_size(world)) * MODEL["seq_length"]
+    ms = statistics.median(timed)
+    run.update(first_loss=losses[0], last_loss=losses[-1], ms_per_iteration=ms,
+               tokens_per_s=round(tokens / (ms / 1000.0)) if ms > 0 else None)
+    if not all(math.isfinite(v) for v in losses):
+        bad = next(s for s in steps if not math.isfinite(s["loss"]))
+        raise StageFailure(f"{path} path: loss {bad['loss']} at iteration {bad['iteration']}", runs=[run])
+    if not losses[-1] < losses[0]:
+        raise StageFailure(f"{path} path: loss did not fall ({losses[0]:.3f} -> {losses[-1]:.3f} "
+                           f"over {len(losses)} iterations)", runs=[run])
+    return run
+
+
+def cpu_reason(target: Path) -> str:
+    core_on_cpu = "def get_current_device" in (target / "megatron/core/utils.py").read_text(errors="replace")
+    return ("on CPU: pretrain_gpt.py needs a GPU (megatron/initialize.py calls torch.cuda.set_device)"
+            + ("; this tree's megatron.core runs on CPU, which the series' own tests exercise" if core_on_cpu
+               else "; this tree adds no CPU training path"))
+
+
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    target = Path(config["target"])
+    platform = config.get("platform") or "cpu"
+    if not (target / "pretrain_gpt.py").is_file():
+        return {"status": "skipped", "detail": "core-only tree: there is no pretrain_gpt.py to train with"}
+    if platform == "cpu":
+        return {"status": "skipped", "detail": cpu_reason(target)}
+    problem = helper_build_problem()
+    if problem:
+        raise StageFailure(problem)
+    precision = precision_flag(platform)
+    budget = launcher_timeout(config)
+    world = int(config.get("world_size") or 1)
+    runs, failures = [], []
+    for mcore in (False, True):  # both paths, so one report shows both even when the first fails
+        try:
+            runs.append(train_once(config, mcore, precision, budget / 2))
+        except StageFailure as failure:
+            failures.append(failure)
+            runs.extend(failure.extra.pop("runs", []) or [{"path": "mcore" if mcore else "legacy",
+                                                            "error": failure.detail}])
+    if failures:
+        first = failures[0]
+        more = f"; {failures[1].detail}" if len(failures) > 1 else ""
+        raise StageFailure(first.detail + more, **first.extra, runs=runs)
+    tp = tensor_parallel_size(world)
+    summary = "; ".join(f"{r['path']} loss {r['first_loss']:.2f}->{r['last_loss']:.2f}, "
+                        f"{r['tokens_per_s']} tokens/s" for r in runs)
+    return {"runs": runs, "precision": precision or "fp32", "tensor_parallel": tp,
+            "detail": f"GPT 2x256 seq 256, {precision or 'fp32'}, TP={tp} DP={world // tp}, "
+                      f"{runs[0]['iterations']} iterations: {summary}"}
+
+
+if __name__ == "__main__":
+    stage_main(run)

@@ -1,0 +1,263 @@
+"""Checks of the part-2 series, run by part2_helpers.run_checks in a child process whose
+PYTHONPATH is a patched tree: `python part2_checks.py GROUP OUT.json`.
+
+Each check returns a short detail string or raises; the results go to OUT.json as
+{name: {"ok": bool, "detail": str}} so that pytest reports every check on its own.
+Everything runs on CPU, in fp32 and bf16, against plain torch references.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+GROUPS: dict[str, dict] = {"core": {}, "upstream": {}}
+
+
+def check(group):
+    def register(fn):
+        GROUPS[group][fn.__name__.removeprefix("check_")] = fn
+        return fn
+
+    return register
+
+
+def close(actual, expected, dtype, what):
+    atol, rtol = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (5e-2, 2e-2)}[dtype]
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
+
+
+def init_gloo():
+    """One process, gloo, all parallel sizes 1: what a CPU CI machine can do."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        parallel_state.initialize_model_parallel(1, 1)
+        model_parallel_cuda_manual_seed(1234)
+
+
+def core_config(**overrides):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    values = dict(
+        num_layers=2, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
+        hidden_dropout=0.0, attention_dropout=0.0,
+    )
+    values.update(overrides)
+    return TransformerConfig(**values)
+
+
+# ---------------------------------------------------------------- megatron/core, on CPU
+
+
+@check("core")
+def check_layer_norm():
+    from megatron.core.fusions.fused_layer_norm import FusedLayerNorm
+
+    init_gloo()
+    for dtype in (torch.float32, torch.bfloat16):
+        for zero_centered in (False, True):
+            config = core_config(layernorm_zero_centered_gamma=zero_centered)
+            config.sequence_parallel = True  # the config refuses it at TP=1; the attribute must follow
+            norm = FusedLayerNorm(config, 64, eps=1e-5)
+            assert norm.weight.sequence_parallel and norm.bias.sequence_parallel
+            assert set(dict(norm.named_parameters())) == {"weight", "bias"}
+            with torch.no_grad():
+                norm.weight.uniform_(-0.5, 0.5)
+                norm.bias.uniform_(-0.5, 0.5)
+            x = torch.randn(8, 2, 64, dtype=dtype, requires_grad=True)
+            out = norm(x)
+            assert out.dtype == dtype
+            ref_w = norm.weight.detach().double().requires_grad_()
+            ref_b = norm.bias.detach().double().requires_grad_()
+            ref_x = x.detach().double().requires_grad_()
+            ref = F.layer_norm(ref_x, (64,), ref_w + 1 if zero_centered else ref_w, ref_b, 1e-5)
+            close(out, ref, dtype, f"forward {dtype} zero_centered={zero_centered}")
+            grad = torch.randn_like(out)
+            out.backward(grad)
+            ref.backward(grad.double())
+            close(x.grad, ref_x.grad, dtype, "input grad")
+            close(norm.weight.grad, ref_w.grad, dtype, "weight grad")
+            close(norm.bias.grad, ref_b.grad, dtype, "bias grad")
+    # fp32 activations with bf16 parameters (--fp32-residual-connection) must not be refused.
+    norm = FusedLayerNorm(core_config(params_dtype=torch.bfloat16), 64).bfloat16()
+    assert norm(torch.randn(4, 64)).dtype == torch.float32
+    return "fp32/bf16, zero-centred gamma, sequence_parallel attribute"
+
+
+@check("core")
+def check_rms_norm():
+    from megatron.core.fusions.fused_layer_norm import FusedLayerNorm
+
+    init_gloo()
+    for dtype in (torch.float32, torch.bfloat16):
+        for zero_centered in (False, True):
+            config = core_config(normalization="RMSNorm", layernorm_zero_centered_gamma=zero_centered)
+            norm = FusedLayerNorm(config, 64, eps=1e-6)
+            assert norm.bias is None and set(dict(norm.named_parameters())) == {"weight"}
+            assert hasattr(norm.weight, "sequence_parallel")
+            with torch.no_grad():
+                norm.weight.uniform_(-0.5, 0.5)
+            x = torch.randn(8, 2, 64, dtype=dtype, requires_grad=True)
+            out = norm(x)
+            ref_w = norm.weight.detach().double().requires_grad_()
+            ref_x = x.detach().double().requires_grad_()
+            gamma = ref_w + 1 if zero_centered else ref_w
+            ref = ref_x * torch.rsqrt(ref_x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma
+            close(out, ref, dtype, f"forward {dtype}")
+            grad = torch.randn_like(out)
+            out.backward(grad)
+            ref.backward(grad.double())
+            close(x.grad, ref_x.grad, dtype, "input grad")
+            close(norm.weight.grad, ref_w.grad, dtype, "weight grad")
+    return "fp32/bf16 vs x*rsqrt(mean(x^2)+eps)*w, no bias"
+
+
+@check("core")
+def check_grad_accumulation_fallback():
+    from megatron.core.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        linear_with_grad_accumulation_and_async_allreduce,
+    )
+
+    init_gloo()
+    config = core_config(gradient_accumulation_fusion=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        column = ColumnParallelLinear(64, 32, config=config, init_method=torch.nn.init.xavier_normal_)
+        row = RowParallelLinear(32, 64, config=config, init_method=torch.nn.init.xavier_normal_,
+                                bias=True, input_is_parallel=True, skip_bias_add=False)
+    assert not column.gradient_accumulation_fusion and not row.gradient_accumulation_fusion
+    assert any("gradient_accumulation_fusion is off" in str(w.message) for w in caught), "no note"
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = torch.randn(32, 64, dtype=dtype, requires_grad=True)
+        weight.main_grad = torch.zeros(32, 64, dtype=torch.float32)
+        x = torch.randn(6, 3, 64, dtype=dtype, requires_grad=True)
+        out = linear_with_grad_accumulation_and_async_allreduce(x, weight, None, True, False, False)
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        ref_w = weight.detach().clone().requires_grad_()
+        ref_x = x.detach().clone().requires_grad_()
+        F.linear(ref_x, ref_w).backward(grad)
+        close(out, F.linear(x.detach(), weight.detach()), dtype, "forward")
+        close(weight.grad, ref_w.grad, dtype, f"weight grad {dtype}")
+        close(x.grad, ref_x.grad, dtype, f"input grad {dtype}")
+    return "fusion requested without the extension: unfused weight grads equal F.linear's"
+
+
+@check("core")
+def check_rope():
+    from megatron.core.models.common.embeddings import rotary_pos_embedding as rope
+
+    init_gloo()
+    assert not rope.HAVE_APPLY_ROPE_FUSION
+    seq, heads, dim = 12, 3, 16
+    emb = rope.RotaryEmbedding(kv_channels=dim, rotary_percent=1.0)
+    freqs = emb(seq)
+    assert freqs.shape == (seq, 1, 1, dim) and freqs.device.type == "cpu"
+    config = core_config(apply_rope_fusion=True)
+    for dtype in (torch.float32, torch.bfloat16):
+        t = torch.randn(seq, 2, heads, dim, dtype=dtype)
+        out = rope.apply_rotary_pos_emb(t, freqs, config)
+        # manual rotate-half: x*cos + [-x2, x1]*sin, angles pos * base^(-2i/dim)
+        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        angles = torch.outer(torch.arange(seq, dtype=torch.float64), inv)
+        angles = torch.cat([angles, angles], dim=-1)[:, None, None, :]
+        x = t.double()
+        x1, x2 = x[..., : dim // 2], x[..., dim // 2:]
+        ref = x * angles.cos() + torch.cat([-x2, x1], dim=-1) * angles.sin()
+        close(out, ref, dtype, f"rope {dtype}")
+    assert config.apply_rope_fusion is False
+    return "torch path vs manual rotate-half, fp32/bf16"
+
+
+@check("core")
+def check_checkpoint_round_trip():
+    import argparse
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from megatron.core.dist_checkpointing import serialization
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        common = {"args": argparse.Namespace(lr=1e-3), "rng": np.random.get_state(), "w": torch.ones(3)}
+        torch.save(common, tmp / serialization.COMMON_STATE_FNAME)
+        obj = ShardedObject("rng_state", None, (1,), (0,))
+        shard = (tmp / obj.unique_key).with_suffix(".pt")
+        shard.parent.mkdir(parents=True)
+        torch.save({"numpy": np.random.get_state()}, shard)
+        loaded = serialization.load_common_state_dict(tmp)  # torch's default weights_only refuses these
+        assert loaded["args"].lr == 1e-3 and torch.equal(loaded["w"], common["w"])
+        loaded_objects, _ = serialization.load_sharded_objects({"rng": obj}, tmp)
+        assert loaded_objects["rng"]["numpy"][0] == "MT19937"
+    return "common state and sharded objects with Namespace and numpy RNG state"
+
+
+@check("core")
+def check_gpt_trains_on_cpu():
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    init_gloo()
+    torch.manual_seed(0)
+    config = core_config(
+        normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+        ffn_hidden_size=128, gradient_accumulation_fusion=True, attention_dropout=0.1,
+    )
+    vocab, seq, batch = 128, 32, 4
+    model = GPTModel(
+        config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=vocab,
+        max_sequence_length=seq, position_embedding_type="rope",
+    )
+    assert type(model.decoder.final_layernorm).__name__ != "TENorm"
+    assert model.decoder.final_layernorm.bias is None  # RMSNorm
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(seq).expand(batch, seq)
+    mask = torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1)
+    losses = []
+    for _ in range(6):
+        optimizer.zero_grad()
+        loss = model(tokens[:, :-1], positions, mask, labels=tokens[:, 1:]).mean()
+        loss.backward()
+        assert all(p.grad is not None for p in model.parameters())
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(map(lambda v: v == v, losses)), losses
+    assert losses[-1] < losses[0] - 0.1, losses
+    state = model.state_dict()
+    return f"local spec, RoPE, SwiGLU, RMSNorm: loss {losses[0]:.3f} -> {losses[-1]:.3f}; {len(state)} tensors"
+
+
+def main() -> int:
+    group, out = sys.argv[1], sys.argv[2]
+    results = {}
+    for name, fn in GROUPS[group].items():
+        try:
+            results[name] = {"ok": True, "detail": fn() or ""}
+        except BaseException:  # a check's failure is its result, whatever it is
+            results[name] = {"ok": False, "detail": traceback.format_exc()[-3000:]}
+    with open(out, "w") as handle:
+        json.dump(results, handle, indent=1)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The runner: child processes with timeouts, whole process groups stopped, results read back."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from rocmpatch.smoke import blame
+from rocmpatch.smoke.runner import Plan, last_result, run_child, run_stages, child_env
+from rocmpatch.series import locate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_timeout_stops_the_child_and_what_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("started", flush=True)
+        time.sleep(600)
+    """)
+    outcome = run_child([sys.executable, "-c", code], child_env(None), 3.0, tmp_path)
+    assert outcome.timed_out and outcome.result is None
+    assert "started" in outcome.tail
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        if not alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not alive(grandchild)
+
+
+def test_crash_without_result_reports_signal_and_last_lines(tmp_path):
+    code = "import os; print('about to crash', flush=True); os.abort()"
+    outcome = run_child([sys.executable, "-c", code], child_env(None), 30.0, tmp_path)
+    assert outcome.result is None and outcome.returncode < 0
+    assert outcome.tail[-1] == "about to crash"
+
+
+def test_result_is_the_last_json_status_line():
+    lines = ["noise", '{"status": "failed", "detail": "old"}', '{"not": "a result"}',
+             '{"status": "passed", "detail": "d"}', "trailing text"]
+    assert last_result(lines) == {"status": "passed", "detail": "d"}
+    assert last_result(["{broken", "x"]) is None
+
+
+def test_hanging_stage_fails_with_timeout_and_later_stages_are_skipped(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "__init__.py").write_text("import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
+    plan = Plan(tree, device="cpu", stages=("import", "ops"), timeouts={"import": 4})
+    start = time.monotonic()
+    results = run_stages(plan)
+    assert time.monotonic() - start < 20
+    imported, ops = results
+    assert imported.status == "failed" and "no result after 4s" in imported.detail
+    assert "hanging" in imported.extra["last_output"]
+    assert ops.status == "skipped" and ops.detail == "needs import, which failed"
+
+
+def test_blame_names_the_patch_that_changes_the_failing_file():
+    index = blame.patch_index(locate(ROOT / "patchsets"))
+    assert "softmax" in index["megatron/core/fusions/fused_softmax.py"]
+    text = blame.hint(["megatron/core/fusions/fused_softmax.py"], "scaled_masked_softmax_cuda", True, index)
+    assert "changed by patch softmax" in text and "rocmpatch status" in text
+    assert "pip install einops" in blame.hint([], "einops", False, index)
+    assert "no patch of the series changes" in blame.hint(["megatron/nowhere.py"], None, False, index)
+
+
+def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    marker = tmp_path / "child.pid"
+    (tree / "megatron" / "core" / "__init__.py").write_text(
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    code = ("import sys; from pathlib import Path; from rocmpatch.smoke.runner import Plan, run_stages, Interrupted\n"
+            "try:\n    run_stages(Plan(Path(sys.argv[1]), device='cpu', stages=('import', 'ops')))\n"
+            "except Interrupted as stop:\n    print([(r.name, r.status, r.detail) for r in stop.results]); sys.exit(130)\n")
+    process = subprocess.Popen([sys.executable, "-c", code, str(tree)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                               env=child_env(None), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for _ in range(200):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "('import', 'failed', 'interrupted (Ctrl-C); its processes were stopped')" in out
+    assert "('ops', 'skipped', 'interrupted')" in out
+    assert not alive(int(marker.read_text()))

@@ -1,0 +1,106 @@
+"""`rocmpatch smoke --device cpu` end to end on real trees (CPU torch, gloo).
+
+The patched tree is megatron/core of the pin (the megatron-core 0.5.0 wheel's bytes) with the
+series' megatron/core hunks; a broken tree leaves one patch out, and the stage that depends on it
+must fail naming the file and the patch. With ROCMPATCH_TEST_UPSTREAM, the whole patched tree too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rocmpatch.cli import app
+from rocmpatch.series import locate
+from rocmpatch.smoke.runner import Plan, run_stages
+from tests.series.part2_helpers import PATCHSETS, patched_core_tree, patched_upstream_tree
+
+pytestmark = pytest.mark.wheel
+TE_LAYERS = "megatron/core/transformer/custom_layers/transformer_engine.py"
+SOFTMAX = "megatron/core/fusions/fused_softmax.py"
+
+
+def core_tree_with_pristine(wheel_core_files: dict[str, bytes], path: str, dest: Path) -> Path:
+    """The patched core tree with one file put back as upstream has it: the series half-applied."""
+    tree = patched_core_tree(wheel_core_files, dest)
+    (tree / path).write_bytes(wheel_core_files[path])
+    return tree
+
+
+def smoke_json(target: Path, *extra: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(app, ["smoke", "--target", str(target), "--device", "cpu", "--json", *extra])
+    start = result.stdout.index("{")  # progress lines go to stderr; stdout is the JSON document
+    return result.exit_code, json.loads(result.stdout[start:])
+
+
+@pytest.fixture(scope="module")
+def patched_core(wheel_core_files, tmp_path_factory) -> Path:
+    return patched_core_tree(wheel_core_files, tmp_path_factory.mktemp("patched-core"))
+
+
+@pytest.fixture(scope="module")
+def core_run(patched_core) -> tuple[int, dict]:
+    return smoke_json(patched_core)
+
+
+def test_patched_core_tree_passes_on_cpu(core_run):
+    code, report = core_run
+    stages = {s["name"]: s for s in report["stages"]}
+    assert code == 0, json.dumps(report, indent=1)[:3000]
+    assert list(stages) == ["environment", "import", "ops", "collectives", "train"]
+    for name in ("environment", "import", "ops", "collectives"):
+        assert stages[name]["status"] == "passed", stages[name]["detail"]
+    assert stages["train"]["status"] == "skipped" and "core-only tree" in stages["train"]["detail"]
+    checks = {c["check"] for c in stages["ops"]["cases"] if c["status"] == "passed"}
+    assert {"core softmax causal", "core softmax padding", "core LayerNorm", "core RMSNorm", "RoPE apply"} <= checks
+    assert stages["import"]["tree"] == "core-only" and stages["import"]["nvidia_only_loaded"] == []
+    assert stages["collectives"]["backend"] == "gloo" and stages["collectives"]["world_size"] == 2
+
+
+def test_json_shape(core_run):
+    _, report = core_run
+    assert set(report) == {"target", "device", "platform", "gpus", "ok", "stages"}
+    assert report["device"] == "cpu" and report["platform"] == "cpu" and report["ok"] is True
+    for stage in report["stages"]:
+        assert {"name", "status", "seconds", "detail"} <= set(stage)
+        assert stage["status"] in ("passed", "failed", "skipped")
+        assert isinstance(stage["seconds"], (int, float)) and isinstance(stage["detail"], str)
+
+
+def test_tree_without_te_optional_fails_import_naming_file_and_patch(wheel_core_files, tmp_path):
+    tree = core_tree_with_pristine(wheel_core_files, TE_LAYERS, tmp_path / "tree")
+    (imported,) = run_stages(Plan(tree, device="cpu", stages=("import",), series=locate(PATCHSETS)))
+    assert imported.status == "failed"
+    assert "No module named 'transformer_engine'" in imported.detail
+    assert f"imported by {TE_LAYERS}" in imported.detail
+    assert f"{TE_LAYERS} is changed by patch " in imported.detail and "te-optional" in imported.detail
+    assert imported.detail.endswith("is it applied? run rocmpatch status")
+
+
+def test_tree_without_softmax_fails_ops_naming_file_and_patch(wheel_core_files, tmp_path):
+    tree = core_tree_with_pristine(wheel_core_files, SOFTMAX, tmp_path / "tree")
+    (ops,) = run_stages(Plan(tree, device="cpu", stages=("ops",), series=locate(PATCHSETS)))
+    assert ops.status == "failed"
+    assert "core softmax" in ops.detail and "_cuda'" in ops.detail
+    assert f"{SOFTMAX} is changed by patch " in ops.detail and "softmax" in ops.detail.split(" is changed by patch ")[1]
+
+
+def test_not_a_megatron_tree_is_refused(tmp_path):
+    result = CliRunner().invoke(app, ["smoke", "--target", str(tmp_path), "--device", "cpu"])
+    assert result.exit_code == 5 and "no megatron/core/__init__.py" in result.output
+
+
+@pytest.mark.upstream
+def test_full_patched_tree_on_cpu(upstream_mirror, tmp_path):
+    tree = patched_upstream_tree(upstream_mirror, tmp_path / "tree")
+    code, report = smoke_json(tree)
+    stages = {s["name"]: s for s in report["stages"]}
+    assert code == 0, json.dumps(report, indent=1)[:3000]
+    assert stages["import"]["tree"] == "full"
+    assert {"megatron.training", "megatron.optimizer", "pretrain_gpt"} <= set(stages["import"]["modules"])
+    checks = {c["check"] for c in stages["ops"]["cases"] if c["status"] == "passed"}
+    assert {"legacy softmax causal", "legacy LayerNorm", "optimizer Adam step", "optimizer SGD step"} <= checks
+    assert stages["train"]["status"] == "skipped" and "needs a GPU" in stages["train"]["detail"]
