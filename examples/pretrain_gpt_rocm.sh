@@ -51,7 +51,7 @@ Data (mock data unless --data-path is given):
   --vocab-size N           NullTokenizer vocabulary size [VOCAB_SIZE, default 50257]
 
 Other:
-  --dry-run                print the torchrun command on one line and exit 0;
+  --dry-run                print the command (CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...) on one line, exit 0;
                            files and directories are not checked
   -h, --help               print this help and exit
 
@@ -262,6 +262,7 @@ cmd=("$TORCHRUN"
     --weight-decay 0.1
     --clip-grad 1.0
     --log-interval "$LOG_INTERVAL"
+    --log-throughput
     --eval-interval "$TRAIN_ITERS"
     --eval-iters 10
     --tokenizer-type "$TOKENIZER_TYPE")
@@ -294,11 +295,17 @@ if [[ -n "$CHECKPOINT_DIR" ]]; then
 fi
 cmd+=(${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"})  # this form is safe under set -u on old bash
 
+# Upstream refuses to start on CUDA builds unless CUDA_DEVICE_MAX_CONNECTIONS=1 (the patched tree keeps
+# that check on CUDA only); HIP ignores the variable, so setting it is harmless on ROCm.
+CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-1}"
+
 if ((DRY_RUN == 1)); then
-    printf '%q ' "${cmd[@]}" | sed 's/ $//'
+    printf 'CUDA_DEVICE_MAX_CONNECTIONS=%q' "$CUDA_DEVICE_MAX_CONNECTIONS"
+    printf ' %q' "${cmd[@]}"
     echo
     exit 0
 fi
 
+export CUDA_DEVICE_MAX_CONNECTIONS
 echo "pretrain_gpt_rocm.sh: $NUM_GPUS GPU(s): tensor-parallel $TP x pipeline-parallel $PP x data-parallel $DP" >&2
 exec "${cmd[@]}"

@@ -16,7 +16,7 @@ SCRIPT_VARS = (
     "MEGATRON_DIR NUM_GPUS TP PP MASTER_PORT TORCHRUN NUM_LAYERS HIDDEN_SIZE NUM_HEADS SEQ_LENGTH "
     "USE_MCORE FLASH_ATTN MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE TRAIN_ITERS LR PRECISION RECOMPUTE "
     "DIST_OPT SEQUENCE_PARALLEL CHECKPOINT_DIR LOG_INTERVAL DATA_PATH TOKENIZER_TYPE VOCAB_FILE "
-    "MERGE_FILE TOKENIZER_MODEL VOCAB_SIZE"
+    "MERGE_FILE TOKENIZER_MODEL VOCAB_SIZE CUDA_DEVICE_MAX_CONNECTIONS"
 ).split()
 
 
@@ -29,12 +29,15 @@ def run(*args, env=None):
 
 
 def dry_run(*args, env=None):
-    """The printed command, split as a shell would split it."""
+    """The printed torchrun command line, split as a shell would split it, after the one
+    environment assignment it starts with (checked here)."""
     result = run("--dry-run", *args, env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1, "the dry run prints exactly one line"
-    return shlex.split(lines[0])
+    words = shlex.split(lines[0])
+    assert words[0] == "CUDA_DEVICE_MAX_CONNECTIONS=1"
+    return words[1:]
 
 
 def value(argv, flag):
@@ -78,7 +81,7 @@ def test_dry_run_defaults():
     assert value(megatron, "--tensor-model-parallel-size") == "1"
     assert value(megatron, "--pipeline-model-parallel-size") == "1"
     assert value(megatron, "--global-batch-size") == "32"  # 4 x DP 1 x 8 micro-batches
-    assert "--mock-data" in megatron and "--bf16" in megatron
+    assert "--mock-data" in megatron and "--bf16" in megatron and "--log-throughput" in megatron
     assert value(megatron, "--tokenizer-type") == "NullTokenizer"
     assert "--use-mcore-models" not in megatron
     assert "--data-path" not in megatron
