@@ -244,6 +244,113 @@ def check_gpt_trains_on_cpu():
     return f"local spec, RoPE, SwiGLU, RMSNorm: loss {losses[0]:.3f} -> {losses[-1]:.3f}; {len(state)} tensors"
 
 
+# ---------------------------------------------------------------- the whole tree, on CPU
+
+
+@check("upstream")
+def check_checkpoint_load_and_failure():
+    import argparse
+    import tempfile
+
+    import numpy as np
+
+    from megatron import checkpointing
+
+    # Before any process group: read_metadata() all-reduces on a 'cuda' tensor once one exists.
+    assert not torch.distributed.is_initialized()
+    with tempfile.TemporaryDirectory() as tmp:
+        name = checkpointing.get_checkpoint_name(tmp, 7, pipeline_parallel=False, tensor_rank=0,
+                                                 pipeline_rank=0, expert_parallel=False, expert_rank=0)
+        os.makedirs(os.path.dirname(name))
+        state = {"args": argparse.Namespace(num_layers=2), "iteration": 7,
+                 "rng_state": [{"np_rng_state": np.random.get_state()}], "model": {"w": torch.ones(2)}}
+        torch.save(state, name)
+        with open(checkpointing.get_checkpoint_tracker_filename(tmp), "w") as tracker:
+            tracker.write("7")
+        loaded, loaded_name, release = checkpointing._load_base_checkpoint(tmp, rank0=True)
+        assert loaded["iteration"] == 7 and loaded["args"].num_layers == 2 and not release
+        with open(name, "wb") as broken:
+            broken.write(b"not a checkpoint")
+        try:
+            checkpointing._load_base_checkpoint(tmp, rank0=True)
+        except SystemExit as exc:
+            raise AssertionError(f"a failed load exits the run silently (status {exc.code})")
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a broken checkpoint loaded")
+    return "Namespace + numpy RNG state load under torch's default weights_only; a broken file raises"
+
+
+@check("upstream")
+def check_sdpa_matches_core_attention():
+    import megatron.model.transformer as legacy
+
+    init_gloo()
+    assert legacy.flash_attn_unpadded_func is None, "flash_attn is installed: this checks the SDPA path"
+    from megatron.model.enums import AttnMaskType
+
+    seq, batch, heads, dim = 32, 2, 4, 16
+    mask = torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1)
+    for dtype in (torch.float32, torch.bfloat16):
+        config = core_config(
+            hidden_size=heads * dim, num_attention_heads=heads, bf16=dtype == torch.bfloat16,
+            params_dtype=dtype, apply_query_key_layer_scaling=False, masked_softmax_fusion=True,
+        )
+        core = legacy.CoreAttention(1, config, AttnMaskType.causal)
+        flash = legacy.FlashSelfAttention(causal=True, attention_dropout=0.0)
+        q, k, v = (torch.randn(seq, batch, heads, dim, dtype=dtype) for _ in range(3))
+        expected = core(q, k, v, mask)  # [s, b, h*d], the unfused softmax path
+        actual = flash(*(x.transpose(0, 1) for x in (q, k, v)))  # [b, s, h, d]
+        actual = actual.transpose(0, 1).reshape(seq, batch, heads * dim)
+        close(actual, expected, dtype, f"sdpa vs CoreAttention {dtype}")
+    return "FlashSelfAttention without flash_attn (SDPA) == CoreAttention, fp32/bf16, causal"
+
+
+@check("upstream")
+def check_distributed_optimizer_step_round_trip():
+    from megatron.optimizer.distrib_optimizer import DistributedOptimizer
+
+    torch.manual_seed(0)
+    model_params = [torch.nn.Parameter(torch.randn(6)), torch.nn.Parameter(torch.randn(4))]
+
+    def wrapper(main_params):
+        """The part of a DistributedOptimizer that state_dict/load_state_dict read."""
+        opt = DistributedOptimizer.__new__(DistributedOptimizer)
+        opt.optimizer = torch.optim.AdamW([{"params": main_params}], lr=0.1, weight_decay=0.01)
+        opt.grad_scaler, opt.fp16 = None, False
+        opt.model_param_group_index_map = {p: (0, i) for i, p in enumerate(model_params)}
+        opt.gbuf_ranges = [{torch.float32: [{"param_map": {
+            p: {"gbuf_world": range(p.numel())} for p in model_params}}]}]
+        return opt
+
+    def step(opt, main_params, seed):
+        grads = torch.Generator().manual_seed(seed)
+        for p in main_params:
+            p.grad = torch.randn(p.shape, generator=grads)
+        opt.optimizer.step()
+
+    mains = [p.detach().clone().requires_grad_() for p in model_params]
+    first = wrapper(mains)
+    for i in range(3):
+        step(first, mains, i)
+    saved = first.state_dict()
+    assert all(group["step"] == 3 for group in saved["optimizer"]["param_groups"]), saved
+
+    resumed_mains = [p.detach().clone().requires_grad_() for p in mains]
+    resumed = wrapper(resumed_mains)
+    resumed.load_state_dict(saved)
+    for old, new in zip(mains, resumed_mains):  # what load_parameter_state() restores
+        for key in ("exp_avg", "exp_avg_sq"):
+            resumed.optimizer.state[new][key].copy_(first.optimizer.state[old][key])
+    step(first, mains, 3)
+    step(resumed, resumed_mains, 3)  # KeyError 'step' before the patch
+    for old, new in zip(mains, resumed_mains):
+        assert float(resumed.optimizer.state[new]["step"]) == 4
+        torch.testing.assert_close(new, old)
+    return "state_dict/load_state_dict keep torch AdamW's step; the resumed step matches"
+
+
 def main() -> int:
     group, out = sys.argv[1], sys.argv[2]
     results = {}
