@@ -87,7 +87,7 @@ def test_part2_training_tree(tree_training_results, name):
 
 def needs_dataset_helpers():
     """Rank 0 builds megatron/core/datasets/helpers.cpp with make, a C++ compiler and pybind11."""
-    missing = [tool for tool in ("make", "c++", "python3-config") if shutil.which(tool) is None]
+    missing = [tool for tool in ("make", "g++", "python3-config") if shutil.which(tool) is None]
     if importlib.util.find_spec("pybind11") is None:
         missing.append("pybind11")
     if missing:
