@@ -17,7 +17,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-GROUPS: dict[str, dict] = {"core": {}, "upstream": {}}
+GROUPS: dict[str, dict] = {"core": {}, "upstream": {}, "training_core": {}, "training": {}}
 
 
 def check(group):
@@ -29,7 +29,7 @@ def check(group):
 
 
 def close(actual, expected, dtype, what):
-    atol, rtol = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (5e-2, 2e-2)}[dtype]
+    atol, rtol = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (5e-2, 2e-2)}[dtype]
     torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
 
 
@@ -242,6 +242,291 @@ def check_gpt_trains_on_cpu():
     assert losses[-1] < losses[0] - 0.1, losses
     state = model.state_dict()
     return f"local spec, RoPE, SwiGLU, RMSNorm: loss {losses[0]:.3f} -> {losses[-1]:.3f}; {len(state)} tensors"
+
+
+# ---------------------------------------------------------------- the whole tree, on CPU
+
+
+@check("upstream")
+def check_checkpoint_load_and_failure():
+    import argparse
+    import tempfile
+
+    import numpy as np
+
+    from megatron import checkpointing
+
+    # Before any process group: read_metadata() all-reduces on a 'cuda' tensor once one exists.
+    assert not torch.distributed.is_initialized()
+    with tempfile.TemporaryDirectory() as tmp:
+        name = checkpointing.get_checkpoint_name(tmp, 7, pipeline_parallel=False, tensor_rank=0,
+                                                 pipeline_rank=0, expert_parallel=False, expert_rank=0)
+        os.makedirs(os.path.dirname(name))
+        state = {"args": argparse.Namespace(num_layers=2), "iteration": 7,
+                 "rng_state": [{"np_rng_state": np.random.get_state()}], "model": {"w": torch.ones(2)}}
+        torch.save(state, name)
+        with open(checkpointing.get_checkpoint_tracker_filename(tmp), "w") as tracker:
+            tracker.write("7")
+        loaded, loaded_name, release = checkpointing._load_base_checkpoint(tmp, rank0=True)
+        assert loaded["iteration"] == 7 and loaded["args"].num_layers == 2 and not release
+        with open(name, "wb") as broken:
+            broken.write(b"not a checkpoint")
+        try:
+            checkpointing._load_base_checkpoint(tmp, rank0=True)
+        except SystemExit as exc:
+            raise AssertionError(f"a failed load exits the run silently (status {exc.code})")
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a broken checkpoint loaded")
+    return "Namespace + numpy RNG state load under torch's default weights_only; a broken file raises"
+
+
+@check("upstream")
+def check_sdpa_matches_core_attention():
+    import megatron.model.transformer as legacy
+
+    init_gloo()
+    assert legacy.flash_attn_unpadded_func is None, "flash_attn is installed: this checks the SDPA path"
+    from megatron.model.enums import AttnMaskType
+
+    seq, batch, heads, dim = 32, 2, 4, 16
+    mask = torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1)
+    for dtype in (torch.float32, torch.bfloat16):
+        config = core_config(
+            hidden_size=heads * dim, num_attention_heads=heads, bf16=dtype == torch.bfloat16,
+            params_dtype=dtype, apply_query_key_layer_scaling=False, masked_softmax_fusion=True,
+        )
+        core = legacy.CoreAttention(1, config, AttnMaskType.causal)
+        flash = legacy.FlashSelfAttention(causal=True, attention_dropout=0.0)
+        q, k, v = (torch.randn(seq, batch, heads, dim, dtype=dtype) for _ in range(3))
+        expected = core(q, k, v, mask)  # [s, b, h*d], the unfused softmax path
+        actual = flash(*(x.transpose(0, 1) for x in (q, k, v)))  # [b, s, h, d]
+        actual = actual.transpose(0, 1).reshape(seq, batch, heads * dim)
+        close(actual, expected, dtype, f"sdpa vs CoreAttention {dtype}")
+    return "FlashSelfAttention without flash_attn (SDPA) == CoreAttention, fp32/bf16, causal"
+
+
+@check("upstream")
+def check_distributed_optimizer_step_round_trip():
+    from megatron.optimizer.distrib_optimizer import DistributedOptimizer
+
+    torch.manual_seed(0)
+    model_params = [torch.nn.Parameter(torch.randn(6)), torch.nn.Parameter(torch.randn(4))]
+
+    def wrapper(main_params):
+        """The part of a DistributedOptimizer that state_dict/load_state_dict read."""
+        opt = DistributedOptimizer.__new__(DistributedOptimizer)
+        opt.optimizer = torch.optim.AdamW([{"params": main_params}], lr=0.1, weight_decay=0.01)
+        opt.grad_scaler, opt.fp16 = None, False
+        opt.model_param_group_index_map = {p: (0, i) for i, p in enumerate(model_params)}
+        opt.gbuf_ranges = [{torch.float32: [{"param_map": {
+            p: {"gbuf_world": range(p.numel())} for p in model_params}}]}]
+        return opt
+
+    def step(opt, main_params, seed):
+        grads = torch.Generator().manual_seed(seed)
+        for p in main_params:
+            p.grad = torch.randn(p.shape, generator=grads)
+        opt.optimizer.step()
+
+    mains = [p.detach().clone().requires_grad_() for p in model_params]
+    first = wrapper(mains)
+    for i in range(3):
+        step(first, mains, i)
+    saved = first.state_dict()
+    assert all(group["step"] == 3 for group in saved["optimizer"]["param_groups"]), saved
+
+    resumed_mains = [p.detach().clone().requires_grad_() for p in mains]
+    resumed = wrapper(resumed_mains)
+    resumed.load_state_dict(saved)
+    for old, new in zip(mains, resumed_mains):  # what load_parameter_state() restores
+        for key in ("exp_avg", "exp_avg_sq"):
+            resumed.optimizer.state[new][key].copy_(first.optimizer.state[old][key])
+    step(first, mains, 3)
+    step(resumed, resumed_mains, 3)  # KeyError 'step' before the patch
+    for old, new in zip(mains, resumed_mains):
+        assert float(resumed.optimizer.state[new]["step"]) == 4
+        torch.testing.assert_close(new, old)
+    return "state_dict/load_state_dict keep torch AdamW's step; the resumed step matches"
+
+
+# ---------------------------------------------------------------- 0109 cpu-training, megatron/core
+
+
+@check("training_core")
+def check_ddp_grad_buffer_on_cpu():
+    import contextlib
+    import copy
+
+    from megatron.core import parallel_state
+    from megatron.core.distributed import DistributedDataParallel
+
+    init_gloo()
+    cases = ((torch.float32, False, False), (torch.bfloat16, True, False), (torch.float32, True, True))
+    for dtype, overlap, distopt in cases:
+        torch.manual_seed(0)
+        module = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.GELU(), torch.nn.Linear(24, 8))
+        # An expert-parallel parameter has its own main_grad (not with overlap_grad_reduce at
+        # the pin: its hook looks for a grad buffer it does not have).
+        module.register_parameter("expert", torch.nn.Parameter(torch.randn(8)))
+        module.expert.allreduce = overlap
+        reference = copy.deepcopy(module)
+        module.to(dtype)
+        ddp = DistributedDataParallel(
+            core_config(), module, parallel_state.get_data_parallel_group(),
+            accumulate_allreduce_grads_in_fp32=True, overlap_grad_reduce=overlap,
+            use_distributed_optimizer=distopt,
+        )
+        buffers = list(ddp.grad_buffers.values())
+        assert buffers and all(b.data.device.type == "cpu" and b.data.dtype == torch.float32 for b in buffers)
+        assert module.expert.main_grad.device.type == "cpu"
+        assert overlap or not any(module.expert is p for p in ddp.param_to_grad_buffer)
+        ddp.zero_grad_buffer(zero_buffer=True)
+        batches = [torch.randn(5, 16, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+        for i, x in enumerate(batches):  # two micro-batches accumulate into the buffer
+            with ddp.no_sync() if i == 0 else contextlib.nullcontext():
+                (ddp(x.to(dtype)) * module.expert).sum().backward()
+            (reference(x) * reference.expert).sum().backward()
+        ddp.finish_grad_sync()  # all-reduce (or reduce-scatter) over gloo
+        for (name, param), ref in zip(module.named_parameters(), reference.parameters()):
+            assert param.grad is None, name
+            close(param.main_grad, ref.grad, dtype, f"main_grad {name} {dtype} overlap={overlap} distopt={distopt}")
+    return "grad buffers and expert main_grad on CPU; 2 micro-batches, sync/overlap/distopt over gloo"
+
+
+@check("training_core")
+def check_timers_on_cpu():
+    import time
+
+    from megatron.core.timers import Timers
+
+    init_gloo()
+    timers = Timers(log_level=2, log_option="minmax")
+    timers("step", log_level=0).start(barrier=True)
+    time.sleep(0.02)
+    timers("step").stop(barrier=True)
+    text = timers.get_all_timers_string(names=["step"], barrier=True)
+    assert text and "step" in text, text
+    elapsed = timers._get_elapsed_time_all_ranks(["step"], reset=False, barrier=False)
+    assert elapsed.device.type == "cpu" and elapsed.shape == (1, 1), elapsed
+    return text.strip().splitlines()[-1].strip()
+
+
+# ---------------------------------------------------------------- 0109 cpu-training, whole tree
+
+
+def optimizer_args(**overrides):
+    """What get_megatron_optimizer and MegatronOptimizer.step read of Megatron's arguments."""
+    from types import SimpleNamespace
+
+    values = dict(
+        optimizer="adam", lr=1e-2, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8,
+        sgd_momentum=0.9, clip_grad=1.0, log_num_zeros_in_grad=True, check_for_nan_in_loss_and_grad=True,
+        use_distributed_optimizer=False, fp16=False, bf16=False, loss_scale=None,
+        initial_loss_scale=2.0 ** 10, min_loss_scale=1.0, loss_scale_window=1000, hysteresis=1,
+        params_dtype=torch.float32, barrier_with_L1_time=True,
+    )
+    values.update(overrides)
+    return SimpleNamespace(**values)
+
+
+def reference_optimizer(kind, megatron_groups, args):
+    """A plain torch optimizer over fp32 copies of Megatron's main params, group by group."""
+    groups = []
+    for group in megatron_groups:
+        params = [p.detach().clone().float().requires_grad_() for p in group["params"]]
+        groups.append({"params": params, "weight_decay": group["weight_decay"]})
+    if kind == "adam":
+        return torch.optim.AdamW(groups, lr=args.lr, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps)
+    return torch.optim.SGD(groups, lr=args.lr, momentum=args.sgd_momentum)
+
+
+@check("training")
+def check_megatron_optimizer_steps():
+    from megatron import global_vars
+    from megatron.core.timers import Timers
+    from megatron.optimizer import get_megatron_optimizer
+    from megatron.optimizer.optimizer import Float16OptimizerWithFloat16Params, FP32Optimizer
+
+    init_gloo()
+    timers = Timers(log_level=2, log_option="minmax")
+    details = []
+    for kind in ("adam", "sgd"):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            args = optimizer_args(optimizer=kind, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+                                  params_dtype=dtype, loss_scale=128.0 if dtype == torch.float16 else None)
+            global_vars.set_args(args)
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.LayerNorm(20), torch.nn.Linear(20, 6)).to(dtype)
+            optimizer = get_megatron_optimizer([model])
+            expected = FP32Optimizer if dtype == torch.float32 else Float16OptimizerWithFloat16Params
+            assert type(optimizer) is expected, type(optimizer)
+            for group in optimizer.optimizer.param_groups:  # what OptimizerParamScheduler sets
+                group["weight_decay"] = args.weight_decay * group["wd_mult"]
+            main_params = [p for g in optimizer.optimizer.param_groups for p in g["params"]]
+            assert all(p.dtype == torch.float32 and p.device.type == "cpu" for p in main_params)
+            reference = reference_optimizer(kind, optimizer.optimizer.param_groups, args)
+            ref_params = [p for g in reference.param_groups for p in g["params"]]
+            # The model params in the order of the main params (grouped by weight decay).
+            model_params = main_params if dtype == torch.float32 else \
+                [p for g in optimizer.float16_groups for p in g]
+            scale = args.loss_scale or 1.0
+            for step in range(3):
+                grads = torch.Generator().manual_seed(10 + step)
+                for param, ref in zip(model_params, ref_params):
+                    grad = torch.randn(param.shape, generator=grads) * (3.0 if step == 0 else 0.05)
+                    param.main_grad = grad * scale  # what the DDP grad buffer holds
+                    ref.grad = grad.clone()
+                success, grad_norm, zeros = optimizer.step(args, timers)
+                ref_norm = torch.nn.utils.clip_grad_norm_(ref_params, args.clip_grad)
+                reference.step()
+                assert success and zeros == 0, (success, zeros)
+                assert abs(grad_norm - ref_norm.item()) <= 1e-4 * ref_norm.item(), (grad_norm, ref_norm)
+                for main, ref in zip(main_params, ref_params):
+                    close(main, ref, torch.float32, f"{kind} {dtype} step {step} main param")
+                for param, ref in zip(model_params, ref_params):
+                    close(param, ref.to(dtype), dtype, f"{kind} {dtype} step {step} model param")
+            details.append(f"{kind}/{str(dtype).removeprefix('torch.')}")
+    # fp16, dynamic loss scale: an overflow skips the step and halves the scale.
+    args = optimizer_args(fp16=True, params_dtype=torch.float16)
+    global_vars.set_args(args)
+    model = torch.nn.Linear(4, 4).half()
+    optimizer = get_megatron_optimizer([model])
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.main_grad = torch.full(p.shape, float("inf"))
+    success, _, _ = optimizer.step(args, timers)
+    assert not success and optimizer.get_loss_scale().item() == 2.0 ** 9, optimizer.get_loss_scale()
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    return "vs torch AdamW/SGD + clip_grad_norm_, 3 steps: " + ", ".join(details) + "; fp16 overflow skipped"
+
+
+@check("training")
+def check_clip_grad_norm_matches_torch():
+    from megatron.optimizer.clip_grads import clip_grad_norm_fp32, count_zeros_fp32
+
+    init_gloo()
+    shapes = [(7, 5), (5,), (3, 4, 2)]
+    for max_norm, norm_type, scale in ((1.0, 2, 10.0), (100.0, 2, 1.0), (0.5, float("inf"), 10.0)):
+        gen = torch.Generator().manual_seed(3)
+        params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+        refs = [torch.nn.Parameter(p.detach().clone()) for p in params]
+        for p, r in zip(params, refs):
+            p.grad = torch.randn(p.shape, generator=gen) * scale
+            p.grad[0] = 0.0
+            r.grad = p.grad.clone()
+        total = clip_grad_norm_fp32(params, [p.grad for p in params], max_norm, True, norm_type=norm_type)
+        ref_total = torch.nn.utils.clip_grad_norm_(refs, max_norm, norm_type=norm_type)
+        assert abs(total - ref_total.item()) <= 1e-5 * ref_total.item(), (total, ref_total)
+        for p, r in zip(params, refs):
+            close(p.grad, r.grad, torch.float32, f"clipped grad max_norm={max_norm} norm={norm_type}")
+        zeros = count_zeros_fp32(params, model_parallel_group=None)
+        expected = sum(int((p.grad == 0).sum()) for p in params)
+        assert zeros == expected, (zeros, expected)
+    total = clip_grad_norm_fp32([], [], 1.0, True)  # a rank with no gradients
+    assert total == 0.0, total
+    return "L2 and inf norms, clipping and no-op, vs torch.nn.utils.clip_grad_norm_; count_zeros_fp32"
 
 
 def main() -> int:

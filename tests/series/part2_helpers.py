@@ -18,13 +18,14 @@ import tarfile
 from pathlib import Path
 
 from rocmpatch.patching import Patch, apply_series, files_under, parse_patch, read_from_mapping
-from rocmpatch.schema import SERIES_FILE, Series, load_lock, load_series
+from rocmpatch.schema import SERIES_FILE, Series, load_series
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHSETS = ROOT / "patchsets"
 PART2_FRAGMENT = "series-part2.yaml"
 CHECKS = Path(__file__).with_name("part2_checks.py")
 CORE = ("megatron/core/",)
+PIN = "0acc240ebd2877b4ca5f5b471ea7554bbc62c1b9"  # upstream.lock's commit (core_v0.5.0)
 
 
 def load_full_series(patchsets: Path = PATCHSETS) -> list[tuple[Series, object]]:
@@ -77,9 +78,8 @@ def patched_core_tree(wheel_core_files: dict[str, bytes], dest: Path) -> Path:
 
 def patched_upstream_tree(mirror: Path, dest: Path) -> Path:
     """The whole pinned tree from a Megatron-LM mirror, with the whole series applied."""
-    commit = load_lock(ROOT / "upstream.lock").upstream.commit if (ROOT / "upstream.lock").exists() else PIN
     archive = subprocess.run(
-        ["git", f"--git-dir={git_dir(mirror)}", "archive", "--format=tar", commit],
+        ["git", f"--git-dir={git_dir(mirror)}", "archive", "--format=tar", PIN],
         check=True, capture_output=True,
     ).stdout
     files: dict[str, bytes] = {}
@@ -89,9 +89,6 @@ def patched_upstream_tree(mirror: Path, dest: Path) -> Path:
                 files[member.name] = tar.extractfile(member).read()
     changes = apply_series(series_patches(), read_from_mapping(files))
     return write_tree(files, changes, dest)
-
-
-PIN = "0acc240ebd2877b4ca5f5b471ea7554bbc62c1b9"
 
 
 def git_dir(mirror: Path) -> Path:

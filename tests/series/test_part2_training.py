@@ -1,0 +1,138 @@
+"""Patch 0109 (cpu-training) on CPU: the real training path of the patched tree without a GPU.
+
+CI (the wheel's megatron/core bytes): the DDP grad buffers and the timers on CPU over gloo.
+Whole tree (ROCMPATCH_TEST_UPSTREAM): megatron.optimizer's AdamW/SGD steps (fp32, and bf16/fp16
+through Float16OptimizerWithFloat16Params) against torch's optimizers, clip_grad_norm_fp32 against
+torch.nn.utils.clip_grad_norm_, and pretrain_gpt.py itself under torchrun (1 process, gloo, mock
+data, a tiny model): the legacy model saves at iteration 5 and a second run resumes it to 10;
+the megatron-core model (local spec) trains 8 iterations.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.series.part2_helpers import patched_core_tree, patched_upstream_tree, run_checks
+
+pytest.importorskip("torch")
+
+CORE_CHECKS = ("ddp_grad_buffer_on_cpu", "timers_on_cpu")
+TREE_CHECKS = ("megatron_optimizer_steps", "clip_grad_norm_matches_torch")
+
+# A tiny GPT on --mock-data: NullTokenizer needs no vocabulary file. On a machine without a GPU,
+# initialize_megatron picks gloo and CPU initialization by itself (0109); docs/patches-part2.md
+# shows these lines as a command.
+TINY_GPT = [
+    "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+    "--seq-length", "64", "--max-position-embeddings", "64",
+    "--micro-batch-size", "4", "--global-batch-size", "4",
+    "--train-iters", "10", "--lr", "1e-3", "--min-lr", "1e-4", "--lr-decay-style", "cosine",
+    "--lr-warmup-iters", "2", "--weight-decay", "0.01", "--clip-grad", "1.0",
+    "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128",
+    "--distributed-backend", "gloo", "--no-gradient-accumulation-fusion",
+    "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "1", "--split", "949,50,1",
+]
+ITERATION = re.compile(
+    r"iteration\s+(\d+)/\s*\d+ \| consumed samples:\s+(\d+) .*?learning rate: ([0-9.E+-]+) .*?lm loss: ([0-9.E+-]+)"
+)
+
+
+@pytest.fixture(scope="session")
+def core_training_results(wheel_core_files, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("part2-training-core")
+    return run_checks(patched_core_tree(wheel_core_files, tmp / "tree"), "training_core", tmp)
+
+
+@pytest.fixture(scope="session")
+def training_tree(upstream_mirror, tmp_path_factory):
+    return patched_upstream_tree(upstream_mirror, tmp_path_factory.mktemp("part2-training") / "tree")
+
+
+@pytest.fixture(scope="session")
+def tree_training_results(training_tree, tmp_path_factory):
+    return run_checks(training_tree, "training", tmp_path_factory.mktemp("part2-training-checks"))
+
+
+def test_part2_training_core_runs_every_check(core_training_results):
+    assert sorted(core_training_results) == sorted(CORE_CHECKS)
+
+
+@pytest.mark.parametrize("name", CORE_CHECKS)
+def test_part2_training_core(core_training_results, name):
+    result = core_training_results[name]
+    assert result["ok"], result["detail"]
+
+
+def test_part2_training_tree_runs_every_check(tree_training_results):
+    assert sorted(tree_training_results) == sorted(TREE_CHECKS)
+
+
+@pytest.mark.parametrize("name", TREE_CHECKS)
+def test_part2_training_tree(tree_training_results, name):
+    result = tree_training_results[name]
+    assert result["ok"], result["detail"]
+
+
+# ---------------------------------------------------------------- pretrain_gpt.py under torchrun
+
+
+def needs_dataset_helpers():
+    """Rank 0 builds megatron/core/datasets/helpers.cpp with make, a C++ compiler and pybind11."""
+    missing = [tool for tool in ("make", "g++", "python3-config") if shutil.which(tool) is None]
+    if importlib.util.find_spec("pybind11") is None:
+        missing.append("pybind11")
+    if missing:
+        pytest.skip(f"pretrain_gpt.py builds the dataset helpers: missing {', '.join(missing)}")
+
+
+def pretrain_gpt(tree: Path, *extra: str) -> tuple[dict[int, tuple[int, float, float]], str]:
+    """Run pretrain_gpt.py on CPU: {iteration: (consumed samples, learning rate, lm loss)}, output."""
+    needs_dataset_helpers()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_"))}
+    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="2", PYTHONPATH=str(tree))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+               "pretrain_gpt.py", *TINY_GPT, *extra]
+    proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=400)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"pretrain_gpt.py {' '.join(extra)} failed:\n{output[-6000:]}"
+    steps = {int(m[1]): (int(m[2]), float(m[3]), float(m[4])) for m in ITERATION.finditer(output)}
+    assert steps and all(math.isfinite(loss) for _, _, loss in steps.values()), output[-4000:]
+    return steps, output
+
+
+def loss(steps, iteration):
+    return steps[iteration][2]
+
+
+def test_pretrain_gpt_legacy_bf16_saves_and_resumes(training_tree, tmp_path):
+    save = ["--bf16", "--save", str(tmp_path / "ckpt"), "--save-interval", "1000"]
+    first, output = pretrain_gpt(training_tree, *save, "--exit-interval", "5")
+    assert sorted(first) == [1, 2, 3, 4, 5]
+    assert re.search(r"successfully saved checkpoint at iteration\s+5 ", output), output[-3000:]
+    resumed, output = pretrain_gpt(training_tree, *save, "--load", str(tmp_path / "ckpt"))
+    assert re.search(r"successfully loaded checkpoint from .* at iteration 5\b", output), output[-3000:]
+    assert sorted(resumed) == [6, 7, 8, 9, 10]
+    # The scheduler and the sample count continue: cosine from 1e-3 to 1e-4 over iterations 2..10.
+    consumed, lr, _ = resumed[6]
+    assert consumed == 24 and math.isclose(lr, 5.5e-4, rel_tol=1e-3), resumed[6]
+    # The weights continue too: a fresh model starts near ln(128) ~ 4.9.
+    assert loss(resumed, 6) < loss(first, 1) - 0.3, (first, resumed)
+    assert loss(resumed, 10) < loss(first, 5) and loss(first, 5) < loss(first, 1), (first, resumed)
+
+
+def test_pretrain_gpt_mcore_local_trains(training_tree):
+    steps, output = pretrain_gpt(training_tree, "--use-mcore-models", "--transformer-impl", "local",
+                                 "--train-iters", "8")
+    assert "no GPU: training on the CPU with the gloo backend" in output
+    assert sorted(steps) == list(range(1, 9))
+    assert loss(steps, 8) < loss(steps, 1) - 0.3, steps
