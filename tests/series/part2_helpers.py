@@ -1,7 +1,6 @@
 """Shared helpers of the part-2 series tests (training, checkpoints, resume).
 
-The series is patchsets/series.yaml, followed (until the lead merges it) by the entries of
-patchsets/series-part2.yaml. Trees are built once per session; the checks themselves run in
+The series is patchsets/series.yaml. Trees are built once per session; the checks themselves run in
 one child process per group (tests/series/part2_checks.py), on the patched tree's sources, so
 that a hard crash or a process group cannot leak into pytest.
 """
@@ -11,43 +10,25 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 from rocmpatch.patching import Patch, apply_series, files_under, parse_patch, read_from_mapping
-from rocmpatch.schema import SERIES_FILE, Series, load_series
+from rocmpatch.schema import Series, load_series
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHSETS = ROOT / "patchsets"
-PART2_FRAGMENT = "series-part2.yaml"
 CHECKS = Path(__file__).with_name("part2_checks.py")
 CORE = ("megatron/core/",)
 PIN = "0acc240ebd2877b4ca5f5b471ea7554bbc62c1b9"  # upstream.lock's commit (core_v0.5.0)
 
 
 def load_full_series(patchsets: Path = PATCHSETS) -> list[tuple[Series, object]]:
-    """(series, entry) pairs in order: series.yaml, then the part-2 fragment if it is still apart."""
-    pairs = []
-    if (patchsets / SERIES_FILE).exists():
-        series = load_series(patchsets)
-        pairs += [(series, entry) for entry in series.entries]
-    fragment = patchsets / PART2_FRAGMENT
-    if fragment.exists():
-        names = {entry.name for _, entry in pairs}
-        # load_series validates a directory's series.yaml: give it the fragment under that name.
-        staging = Path(os.environ.get("TMPDIR", "/tmp")) / f"rocmpatch-part2-{os.getpid()}"
-        staging.mkdir(parents=True, exist_ok=True)
-        (staging / SERIES_FILE).write_bytes(fragment.read_bytes())
-        try:
-            part2 = load_series(staging)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        part2 = Series(directory=patchsets, entries=part2.entries)
-        pairs += [(part2, entry) for entry in part2.entries if entry.name not in names]
-    return pairs
+    """(series, entry) pairs of patchsets/series.yaml, in order."""
+    series = load_series(patchsets)
+    return [(series, entry) for entry in series.entries]
 
 
 def series_patches(prefixes: tuple[str, ...] | None = None) -> list[Patch]:

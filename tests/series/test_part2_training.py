@@ -29,7 +29,7 @@ CORE_CHECKS = ("ddp_grad_buffer_on_cpu", "timers_on_cpu")
 TREE_CHECKS = ("megatron_optimizer_steps", "clip_grad_norm_matches_torch")
 
 # A tiny GPT on --mock-data: NullTokenizer needs no vocabulary file. On a machine without a GPU,
-# initialize_megatron picks gloo and CPU initialization by itself (0109); docs/patches-part2.md
+# initialize_megatron picks gloo and CPU initialization by itself (0109); docs/patches.md
 # shows these lines as a command.
 TINY_GPT = [
     "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
