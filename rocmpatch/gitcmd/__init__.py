@@ -1,0 +1,86 @@
+"""The only package that runs git.
+
+It works on git objects (blobs, trees, commits) through GitPython, so a patch can be applied,
+checked or compared without touching a working tree. Failures become RocmpatchError subclasses
+with one clear line.
+
+Callers use `from rocmpatch import gitcmd` (or `from rocmpatch.gitcmd import X`); the modules:
+core (running git, errors), transport (URLs, fetching), objects (blobs, trees), commits,
+working_tree (status, moving between trees), history_walk (drift) and merge (rebase).
+"""
+
+# core first: it sets up the environment before GitPython is imported.
+from rocmpatch.gitcmd.core import (
+    init_repo,
+    open_repo,
+    require_git,
+    resolve_commit,
+    run,
+    run_bytes,
+    scrub_git_environment,
+    tree_of,
+)
+from rocmpatch.gitcmd.commits import (
+    Identity,
+    MailInfo,
+    commit_date,
+    commit_trailers,
+    commit_tree,
+    format_patch,
+    mail_info,
+)
+from rocmpatch.gitcmd.history_walk import (
+    CommitInfo,
+    PathChange,
+    Rename,
+    commit_info,
+    first_parent_line,
+    merge_base,
+    path_history,
+    renames_between,
+)
+from rocmpatch.gitcmd.merge import (
+    MergeResult,
+    add_worktree,
+    init_borrowing_repo,
+    merge_commits,
+    objects_dir,
+)
+from rocmpatch.gitcmd.objects import (
+    GITLINK_MODE,
+    REGULAR_MODE,
+    SYMLINK_MODE,
+    Entry,
+    TreeReader,
+    has_object,
+    list_tree,
+    paths_at,
+    read_blob,
+    write_blob,
+    write_tree,
+)
+from rocmpatch.gitcmd.transport import check_url, fetch_commit, fetch_ref, local_path_of
+from rocmpatch.gitcmd.working_tree import (
+    changed_paths,
+    diff_trees,
+    dirty_paths,
+    force_tree,
+    git_dir,
+    hash_files,
+    head_commit,
+    move_tree,
+    update_ref,
+    worktree_tree,
+)
+
+__all__ = [
+    "GITLINK_MODE", "REGULAR_MODE", "SYMLINK_MODE",
+    "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "TreeReader",
+    "add_worktree", "changed_paths", "check_url", "commit_date", "commit_info", "commit_trailers",
+    "commit_tree", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
+    "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "init_borrowing_repo",
+    "init_repo", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree",
+    "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git",
+    "resolve_commit", "run", "run_bytes", "scrub_git_environment", "tree_of", "update_ref", "worktree_tree",
+    "write_blob", "write_tree",
+]

@@ -1,0 +1,129 @@
+"""Git objects read and written straight from the object database: blobs, trees and their
+entries, without an index or a working tree."""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import git
+from git.exc import BadName, BadObject, GitCommandError
+from gitdb.base import IStream
+
+from rocmpatch.gitcmd.core import _guard, run_bytes
+
+SYMLINK_MODE = 0o120000
+GITLINK_MODE = 0o160000
+REGULAR_MODE = 0o100644
+
+
+@dataclass(frozen=True)
+class Entry:
+    mode: int
+    sha: str
+
+
+class TreeReader:
+    """Files of one git tree, read straight from the object database (no working tree)."""
+
+    def __init__(self, repo: git.Repo, treeish: str) -> None:
+        self.repo = repo
+        self.tree = repo.commit(treeish).tree.hexsha if _is_commitish(repo, treeish) else treeish
+        self._entries: dict[str, Entry] | None = None
+
+    @property
+    def entries(self) -> dict[str, Entry]:
+        if self._entries is None:
+            self._entries = list_tree(self.repo, self.tree)
+        return self._entries
+
+    def read(self, path: str) -> bytes | None:
+        entry = self.entries.get(path)
+        if entry is None or entry.mode in (SYMLINK_MODE, GITLINK_MODE):
+            return None
+        return read_blob(self.repo, entry.sha)
+
+    def symlink_on_path(self, path: str) -> str | None:
+        """The first symlink among `path` and its parent directories, if any."""
+        parts = path.split("/")
+        for end in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:end])
+            entry = self.entries.get(prefix)
+            if entry is not None and entry.mode == SYMLINK_MODE:
+                return prefix
+        return None
+
+
+def list_tree(repo: git.Repo, tree: str) -> dict[str, Entry]:
+    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", tree)
+    entries: dict[str, Entry] = {}
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, path = record.split(b"\t", 1)
+        mode, _kind, sha = meta.split(b" ")
+        entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
+    return entries
+
+
+def read_blob(repo: git.Repo, sha: str) -> bytes:
+    return _guard(lambda: repo.odb.stream(bytes.fromhex(sha)).read())
+
+
+def write_blob(repo: git.Repo, data: bytes) -> str:
+    return _guard(lambda: repo.odb.store(IStream("blob", len(data), io.BytesIO(data))).binsha.hex())
+
+
+def write_tree(repo: git.Repo, base_tree: str, changes: dict[str, bytes | None], modes: dict[str, int] | None = None) -> str:
+    """A new tree: base_tree with `changes` ({path: bytes, or None to delete}) written over it.
+
+    Uses a temporary index file, so neither the repository's index nor any working tree changes.
+    A changed file keeps its mode in base_tree; a new one gets modes[path] or 100644.
+    """
+    modes = modes or {}
+    existing = list_tree(repo, base_tree) if changes else {}
+    records = []
+    for path, data in changes.items():
+        if data is None:
+            records.append(f"0 {'0' * 40}\t{path}")  # mode 0 removes the entry
+        else:
+            mode = existing[path].mode if path in existing else modes.get(path, REGULAR_MODE)
+            records.append(f"{mode:o} {write_blob(repo, data)}\t{path}")
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-index-") as scratch:
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        run_bytes(repo, "read-tree", base_tree, env=env)
+        if records:
+            stdin = "".join(r + "\0" for r in records).encode("utf-8", "surrogateescape")
+            run_bytes(repo, "update-index", "-z", "--index-info", stdin=stdin, env=env)
+        return run_bytes(repo, "write-tree", env=env).decode().strip()
+
+
+def paths_at(repo: git.Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:
+    """The entries of `paths` (files only, missing ones left out) in commit's tree."""
+    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths)
+    entries: dict[str, Entry] = {}
+    for record in out.split(b"\0"):
+        if record:
+            meta, path = record.split(b"\t", 1)
+            mode, _kind, sha = meta.split(b" ")
+            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
+    return entries
+
+
+def has_object(repo: git.Repo, sha: str) -> bool:
+    # odb.has_object only looks at loose objects; info() asks git (packs included).
+    try:
+        repo.odb.info(bytes.fromhex(sha))
+        return True
+    except (ValueError, GitCommandError, BadName, BadObject):
+        return False
+
+
+def _is_commitish(repo: git.Repo, rev: str) -> bool:
+    try:
+        return repo.rev_parse(rev).type in ("commit", "tag")
+    except (BadName, ValueError):
+        return False

@@ -1,0 +1,87 @@
+"""Talking to other repositories: which URLs git may be given, and fetching from them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import git
+from git.exc import GitCommandError, GitCommandNotFound
+
+from rocmpatch.errors import UpstreamError
+from rocmpatch.gitcmd.core import _git_missing, _last_line, run
+
+_TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+_ALLOWED_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+
+
+def check_url(url: str, *, source: str = "--upstream-url") -> str:
+    """Refuse URLs that make git run commands (ext::, remote helpers) or parse as options."""
+    if not url or url.startswith("-"):
+        raise UpstreamError(f"{source}: refusing URL {url!r}", hint="a URL may not start with '-'")
+    if _TRANSPORT_PREFIX.match(url):
+        raise UpstreamError(f"{source}: refusing URL {url!r}", hint="transport helpers such as ext:: are not allowed; use https://, ssh://, file:// or a path")
+    if "://" in url and not url.startswith(_ALLOWED_SCHEMES):
+        raise UpstreamError(f"{source}: unsupported URL scheme in {url!r}", hint="use https://, ssh://, git://, file:// or a path")
+    return url
+
+
+def local_path_of(url: str) -> Path | None:
+    """The directory a file:// URL or a plain path names, else None."""
+    if url.startswith("file://"):
+        return Path(url[len("file://"):])
+    if "://" in url or re.match(r"^[^/]+@[^/]+:", url):
+        return None
+    return Path(url)
+
+
+def fetch_commit(repo: git.Repo, url: str, commit: str, *, depth: int | None = 1, progress=None) -> None:
+    """Fetch exactly `commit` from url (shallow unless depth is None). Never runs a remote helper."""
+    check_url(url)
+    args = ["fetch", "--no-tags", "--no-write-fetch-head", "--quiet"] if progress is None else ["fetch", "--no-tags", "--no-write-fetch-head", "--progress"]
+    if depth:
+        args += ["--depth", str(depth)]
+    args += ["--", url, commit]
+    try:
+        if progress is None:
+            repo.git.execute(["git", *args])
+        else:
+            process = repo.git.execute(["git", *args], as_process=True)
+            _stream_progress(process, progress)
+    except GitCommandNotFound:
+        raise _git_missing() from None
+    except GitCommandError as exc:
+        raise UpstreamError(f"could not fetch {commit} from {url}: {_last_line(exc.stderr)}", hint="check --upstream-url / ROCMPATCH_UPSTREAM_URL, or your network") from None
+
+
+def _stream_progress(process, progress) -> None:
+    """Feed git's stderr progress lines ("Receiving objects:  45% (…)") to a callback."""
+    buffer = b""
+    stderr_lines: list[str] = []
+    while True:
+        chunk = process.stderr.read(256)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = re.split(rb"[\r\n]", buffer)
+        for line in lines:
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                stderr_lines.append(text)
+                progress(text)
+    process.stdout.read()
+    status = process.wait(stderr=b"\n".join(s.encode() for s in stderr_lines[-5:]))
+    if status:
+        raise GitCommandError("fetch", status, "\n".join(stderr_lines[-3:]))
+
+
+def fetch_ref(repo: git.Repo, url: str, ref: str, local_ref: str) -> str:
+    """Fetch `ref` (branch, tag or commit id) from url with its full history into local_ref."""
+    check_url(url)
+    try:
+        repo.git.execute(["git", "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", url, f"+{ref}:{local_ref}"])
+    except GitCommandNotFound:
+        raise _git_missing() from None
+    except GitCommandError as exc:
+        raise UpstreamError(f"could not fetch {ref} from {url}: {_last_line(exc.stderr)}", hint="check --ref / --range / --onto and --upstream-url") from None
+    return run(repo, "rev-parse", f"{local_ref}^{{commit}}")
