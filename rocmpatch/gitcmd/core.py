@@ -7,11 +7,8 @@ import os
 import tempfile
 from pathlib import Path
 
-# GitPython refuses to import when git is missing; we want our own clear error at first use.
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-
-import git  # noqa: E402  (GitPython)
-from git.exc import (  # noqa: E402
+import git  # GitPython; rocmpatch/__init__.py keeps it importable when git is missing
+from git.exc import (
     BadName,
     GitCommandError,
     GitCommandNotFound,
@@ -19,7 +16,7 @@ from git.exc import (  # noqa: E402
     NoSuchPathError,
 )
 
-from rocmpatch.errors import EnvironmentProblem, TargetRefused, UpstreamError  # noqa: E402
+from rocmpatch.errors import EnvironmentProblem, TargetRefused, UpstreamError
 
 # Variables a parent git process (a hook, `git rebase -x`) leaves behind would point our git
 # calls at the wrong repository. Credentials and transport settings are kept.

@@ -58,15 +58,7 @@ class TreeReader:
 
 
 def list_tree(repo: git.Repo, tree: str) -> dict[str, Entry]:
-    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", tree)
-    entries: dict[str, Entry] = {}
-    for record in out.split(b"\0"):
-        if not record:
-            continue
-        meta, path = record.split(b"\t", 1)
-        mode, _kind, sha = meta.split(b" ")
-        entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
-    return entries
+    return _ls_tree(repo, tree)
 
 
 def read_blob(repo: git.Repo, sha: str) -> bytes:
@@ -103,7 +95,11 @@ def write_tree(repo: git.Repo, base_tree: str, changes: dict[str, bytes | None],
 
 def paths_at(repo: git.Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:
     """The entries of `paths` (files only, missing ones left out) in commit's tree."""
-    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths)
+    return _ls_tree(repo, commit, "--", *paths)
+
+
+def _ls_tree(repo: git.Repo, treeish: str, *limit: str) -> dict[str, Entry]:
+    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", treeish, *limit)
     entries: dict[str, Entry] = {}
     for record in out.split(b"\0"):
         if record:
