@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rocmpatch.smoke.child import describe, put_target_first, stage_main, target_files
+from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, put_target_first, stage_main, target_files
 
 # Normalized max error allowed per dtype (fp32: accumulation order; 16-bit: one rounding of the output).
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
-CUDA_ONLY_MESSAGES = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "No CUDA GPUs are available",
-                      "no HIP GPUs", "No HIP GPUs")
 
 
 @dataclass

@@ -63,7 +63,7 @@ class Plan:
     target: Path
     device: str = "auto"  # auto | rocm | cuda | cpu
     gpus: list[int] | None = None
-    train_iters: int = 20
+    train_iters: int | None = None  # None: the train stage's default for the platform
     timeouts: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS))
     series: Location | None = None  # where the series is, for pointing failures at patches
     stages: tuple[str, ...] = STAGES
