@@ -243,6 +243,36 @@ def _run_clip(torch, device, dtype):
     return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
 
 
+def _run_grad_accum_linear(torch, api: str, device, dtype):
+    """A linear layer with gradient-accumulation fusion requested (Megatron's default): without apex's
+    fused_weight_gradient_mlp_cuda the series falls back to the unfused weight-gradient GEMM."""
+    from megatron.core.model_parallel_config import ModelParallelConfig
+    from megatron.core.tensor_parallel import layers
+
+    generator = torch.Generator().manual_seed(11)
+    x = torch.randn(8, 2, 64, generator=generator).to(device=device, dtype=dtype).requires_grad_()
+    grad = torch.randn(8, 2, 96, generator=generator).to(device)
+    if api == "ColumnParallelLinear":
+        config = ModelParallelConfig(params_dtype=dtype, use_cpu_initialization=device.type == "cpu",
+                                     gradient_accumulation_fusion=True)
+        layer = layers.ColumnParallelLinear(64, 96, config=config, bias=True,
+                                            init_method=lambda w: torch.nn.init.normal_(w, std=0.1))
+        weight, bias = layer.weight, layer.bias
+        out, _ = layer(x)
+    else:  # what the legacy language model calls directly for its output layer
+        weight = torch.nn.Parameter((torch.randn(96, 64, generator=generator) * 0.1).to(device=device, dtype=dtype))
+        bias = torch.nn.Parameter((torch.randn(96, generator=generator) * 0.1).to(device=device, dtype=dtype))
+        out = layers.linear_with_grad_accumulation_and_async_allreduce(x, weight, bias, True, False, False)
+    (out.float() * grad).sum().backward()
+    xs, ws, bs = (t.detach().float().requires_grad_() for t in (x, weight, bias))
+    ref = torch.nn.functional.linear(xs, ws, bs)
+    (ref * grad).sum().backward()
+    if weight.grad is None:
+        raise OutOfTolerance("no weight gradient: the fused path was taken without a main_grad to fill")
+    return [("forward", out, ref), ("backward input", x.grad, xs.grad), ("backward weight", weight.grad, ws.grad),
+            ("backward bias", bias.grad, bs.grad)]
+
+
 @dataclass
 class Check:
     name: str
@@ -279,6 +309,9 @@ def checks() -> list[Check]:
                         lambda t, d, x: _run_optimizer(t, "Adam", d, x), dtypes=("float32",)))
     result.append(Check("optimizer SGD step", "megatron/optimizer/__init__.py",
                         lambda t, d, x: _run_optimizer(t, "SGD", d, x), dtypes=("float32",)))
+    for api in ("ColumnParallelLinear", "linear_with_grad_accumulation"):
+        result.append(Check(f"grad-accum fusion {api}", "megatron/core/tensor_parallel/layers.py",
+                            lambda t, d, x, a=api: _run_grad_accum_linear(t, a, d, x)))
     result.append(Check("grad-norm clipping", "megatron/optimizer/clip_grads.py", _run_clip,
                         dtypes=("float32",)))
     return result

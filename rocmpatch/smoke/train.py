@@ -46,6 +46,7 @@ ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
 LOSS = re.compile(r"lm loss:\s*([0-9.eE+-]+|nan|inf|-inf)", re.IGNORECASE)
 TRACE_FILE = re.compile(r'File "([^"]+)", line (\d+)')
 MISSING = re.compile(r"No module named '([^']+)'")
+EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(?:Error|Exception)\b")
 NEEDS_GPU = (*CUDA_ONLY_MESSAGES, "Megatron requires CUDA")
 
 
@@ -90,20 +91,28 @@ def parse_log(lines: list[str]) -> list[dict[str, float]]:
     return steps
 
 
+def error_line(lines: list[str]) -> str | None:
+    """The last exception line a worker printed (not torchrun's own ChildFailedError summary)."""
+    return next((line for line in reversed(lines)
+                 if EXCEPTION.match(line.strip()) and "ChildFailedError" not in line), None)
+
+
 def traceback_culprits(lines: list[str], target: str) -> tuple[list[str], str | None]:
-    """Target files in the last traceback of a worker's output (innermost first), and a missing module."""
+    """Target files in the last traceback of a worker's output that goes through the target
+    (innermost first; torchrun's own traceback comes after it), and a missing module."""
     root = os.path.realpath(target) + os.sep
-    files: list[str] = []
+    blocks: list[list[str]] = [[]]
     missing = None
     for line in lines:
-        if line.startswith("Traceback"):
-            files = []
+        if "Traceback (most recent call last)" in line:
+            blocks.append([])
         found = TRACE_FILE.search(line)
-        if found and os.path.realpath(found.group(1)).startswith(root):
-            files.append(os.path.relpath(os.path.realpath(found.group(1)), root))
+        if found and not found.group(1).startswith("<") and os.path.realpath(found.group(1)).startswith(root):
+            blocks[-1].append(os.path.relpath(os.path.realpath(found.group(1)), root))
         gone = MISSING.search(line)
         if gone:
             missing = gone.group(1)
+    files = next((block for block in reversed(blocks) if block), [])
     ordered: list[str] = []
     for path in reversed(files):
         if path not in ordered:
@@ -158,13 +167,12 @@ def train_once(config: dict[str, Any], mcore: bool, precision: str, timeout: flo
     steps = parse_log(outcome.stdout)
     run: dict[str, Any] = {"path": path, "iterations": len(steps), "seconds": round(outcome.seconds, 1)}
     if outcome.timed_out or outcome.returncode != 0 or len(steps) < iters:
-        lines = outcome.stdout + outcome.tail
+        lines = outcome.stdout + outcome.stderr
         culprits, missing = traceback_culprits(lines, target)
         why = (f"no result within {timeout:g}s" if outcome.timed_out
                else f"torchrun exited with code {outcome.returncode}")
-        gpu_only = next((line for line in lines if any(m in line for m in NEEDS_GPU)), None)
-        last = gpu_only or next((line for line in reversed(outcome.tail) if "Error" in line or "error" in line),
-                                outcome.tail[-1] if outcome.tail else "no output")
+        gpu_only = error_line([line for line in lines if any(m in line for m in NEEDS_GPU)])
+        last = gpu_only or error_line(lines) or (outcome.tail[-1] if outcome.tail else "no output")
         cannot = "this tree cannot train on CPU: " if platform == "cpu" and gpu_only else ""
         raise StageFailure(f"{path} path: {cannot}{why} after {len(steps)}/{iters} iterations: "
                            f"{last.strip()[:300]}",
