@@ -4,7 +4,8 @@ Each check builds the module the way Megatron does, with fusion requested (so a 
 series reaches for the *_cuda extension and fails here), runs forward and backward in each dtype and
 compares with a plain fp32 computation. Errors are max|out - ref| / max|ref|; the stage reports the
 worst. Only checks whose module exists in the target run (a core-only tree has no megatron/model).
-On CPU a case that reaches upstream code hard-wired to 'cuda' is skipped and named, not failed.
+On CPU a case that reaches upstream code hard-wired to 'cuda' (a tree without the series' cpu-training
+patch) is skipped and named, not failed: the train stage reports that tree's CPU training.
 """
 
 from __future__ import annotations
