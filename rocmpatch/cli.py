@@ -164,7 +164,7 @@ def smoke(
     target: TargetOption,
     gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="0,1", help="GPU indices to use (as torch sees them here); default: every visible GPU.")] = None,
     device: Annotated[Literal["auto", "rocm", "cuda", "cpu"], typer.Option("--device", help="Where to run; auto picks the GPUs of this torch build, else the CPU.")] = "auto",
-    train_iters: Annotated[int, typer.Option("--train-iters", min=2, help="Iterations of each tiny GPT training run.")] = 20,
+    train_iters: Annotated[Optional[int], typer.Option("--train-iters", min=2, help="Iterations of each tiny GPT training run; default 20 on GPUs, 10 on CPU.")] = None,
     json: JsonOption = False,
     series_dir: SeriesDirOption = None,
 ) -> None:

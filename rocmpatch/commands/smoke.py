@@ -20,7 +20,7 @@ DEVICES = ("auto", "rocm", "cuda", "cpu")
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
 
-def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_iters: int = 20,
+def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_iters: int | None = None,
         as_json: bool = False, series_dir: Path | None = None,
         timeouts: dict[str, float] | None = None) -> ExitCode:
     if device not in DEVICES:
@@ -29,7 +29,7 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
         gpu_list = devices.parse_gpus(gpus)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--gpus") from None
-    if train_iters < 2:
+    if train_iters is not None and train_iters < 2:
         raise typer.BadParameter("needs at least 2 iterations to see the loss fall", param_hint="--train-iters")
     target = target.expanduser().absolute()
     if not (target / "megatron" / "core" / "__init__.py").is_file():

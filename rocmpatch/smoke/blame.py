@@ -7,6 +7,9 @@ missing ordinary dependency, what to install.
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+
 from rocmpatch import series
 
 # Import names whose pip package is named differently.
@@ -14,31 +17,69 @@ PIP_NAMES = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "cv2"
              "pkg_resources": "'setuptools<81' (newer setuptools no longer ships pkg_resources)"}
 
 
-def patch_index(location: series.Location | None) -> dict[str, list[str]]:
-    """{repository path: names of the patches that change it}; empty when there is no usable series."""
+class PatchIndex(dict):
+    """{repository path: names of the patches that change it, in series order}; `added` keeps the
+    lines each patch adds to each file, to tell which of several patches is missing from a tree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: dict[tuple[str, str], list[str]] = {}
+
+
+def patch_index(location: series.Location | None) -> PatchIndex:
+    """The index of the series at `location`; empty when there is no usable series."""
+    index = PatchIndex()
     if location is None:
-        return {}
+        return index
     try:
         loaded = series.load(location, require_lock=False)
     except Exception:  # noqa: BLE001 - a broken series must not hide the smoke result; `check` reports it
-        return {}
-    index: dict[str, list[str]] = {}
+        return index
     for patch in loaded.patches:
         for file_patch in patch.patch.files:
             for path in {file_patch.old_path, file_patch.new_path} - {None}:
                 index.setdefault(path, []).append(patch.name)
+                index.added.setdefault((path, patch.name), []).extend(added_lines(file_patch))
     return index
 
 
+def added_lines(file_patch) -> list[str]:
+    """The non-blank lines a file patch adds (new lines beyond the context it keeps), stripped."""
+    added: list[str] = []
+    for hunk in file_patch.hunks:
+        kept = Counter(line.strip() for line in hunk.old_lines)
+        for line in (line.strip() for line in hunk.new_lines):
+            if kept[line] > 0:
+                kept[line] -= 1
+            elif line:
+                added.append(line)
+    return added
+
+
+def not_in_tree(path: str, index: PatchIndex, target: Path | None) -> list[str]:
+    """Patches changing `path` whose added lines are not all in the target's copy of it: the likely
+    missing ones. Empty when that cannot be told (no target, no file, or every patch looks applied)."""
+    if target is None or not (target / path).is_file():
+        return []
+    have = {line.strip() for line in (target / path).read_text(errors="replace").splitlines()}
+    return [name for name in index.get(path, [])
+            if (lines := index.added.get((path, name))) and not all(line in have for line in lines)]
+
+
 def hint(culprits: list[str], missing_module: str | None, nvidia_only: bool,
-         index: dict[str, list[str]]) -> str:
+         index: dict[str, list[str]], target: Path | None = None) -> str:
     """One clause to append to a failure detail; '' when there is nothing useful to add.
 
-    A patch that changes the failing file is the likelier fix, so it is named first.
+    A patch that changes the failing file is the likelier fix, so it is named first; when several
+    do and the target is given, the ones whose changes are absent from the file are named.
     """
     for path in culprits:
         if path in index:
             names = ", ".join(index[path])
+            absent = not_in_tree(path, index, target) if isinstance(index, PatchIndex) else []
+            if absent and len(absent) < len(index[path]):
+                return (f"{path} is changed by patch {names}; {', '.join(absent)} "
+                        f"{'is' if len(absent) == 1 else 'are'} not applied there: run rocmpatch status")
             return f"{path} is changed by patch {names}: is it applied? run rocmpatch status"
     if missing_module and not nvidia_only:
         top = missing_module.split(".", 1)[0]

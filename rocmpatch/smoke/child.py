@@ -20,6 +20,10 @@ from typing import Any, Callable
 NVIDIA_ONLY = ("apex", "amp_C", "transformer_engine", "transformer_engine_extensions", "flash_attn",
                "flash_attn_2_cuda", "fused_weight_gradient_mlp_cuda", "fused_layer_norm_cuda")
 
+# What torch and Megatron say when code hard-wired to a GPU runs on a machine without one.
+CUDA_ONLY_MESSAGES = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "No CUDA GPUs are available",
+                      "no HIP GPUs", "No HIP GPUs")
+
 
 def is_nvidia_only(module_name: str) -> bool:
     top = module_name.split(".", 1)[0]

@@ -4,7 +4,8 @@ Each check builds the module the way Megatron does, with fusion requested (so a 
 series reaches for the *_cuda extension and fails here), runs forward and backward in each dtype and
 compares with a plain fp32 computation. Errors are max|out - ref| / max|ref|; the stage reports the
 worst. Only checks whose module exists in the target run (a core-only tree has no megatron/model).
-On CPU a case that reaches upstream code hard-wired to 'cuda' is skipped and named, not failed.
+On CPU a case that reaches upstream code hard-wired to 'cuda' (a tree without the series' cpu-training
+patch) is skipped and named, not failed: the train stage reports that tree's CPU training.
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rocmpatch.smoke.child import describe, put_target_first, stage_main, target_files
+from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, put_target_first, stage_main, target_files
 
 # Normalized max error allowed per dtype (fp32: accumulation order; 16-bit: one rounding of the output).
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
-CUDA_ONLY_MESSAGES = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "No CUDA GPUs are available",
-                      "no HIP GPUs", "No HIP GPUs")
 
 
 @dataclass
@@ -245,6 +244,36 @@ def _run_clip(torch, device, dtype):
     return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
 
 
+def _run_grad_accum_linear(torch, api: str, device, dtype):
+    """A linear layer with gradient-accumulation fusion requested (Megatron's default): without apex's
+    fused_weight_gradient_mlp_cuda the series falls back to the unfused weight-gradient GEMM."""
+    from megatron.core.model_parallel_config import ModelParallelConfig
+    from megatron.core.tensor_parallel import layers
+
+    generator = torch.Generator().manual_seed(11)
+    x = torch.randn(8, 2, 64, generator=generator).to(device=device, dtype=dtype).requires_grad_()
+    grad = torch.randn(8, 2, 96, generator=generator).to(device)
+    if api == "ColumnParallelLinear":
+        config = ModelParallelConfig(params_dtype=dtype, use_cpu_initialization=device.type == "cpu",
+                                     gradient_accumulation_fusion=True)
+        layer = layers.ColumnParallelLinear(64, 96, config=config, bias=True,
+                                            init_method=lambda w: torch.nn.init.normal_(w, std=0.1))
+        weight, bias = layer.weight, layer.bias
+        out, _ = layer(x)
+    else:  # what the legacy language model calls directly for its output layer
+        weight = torch.nn.Parameter((torch.randn(96, 64, generator=generator) * 0.1).to(device=device, dtype=dtype))
+        bias = torch.nn.Parameter((torch.randn(96, generator=generator) * 0.1).to(device=device, dtype=dtype))
+        out = layers.linear_with_grad_accumulation_and_async_allreduce(x, weight, bias, True, False, False)
+    (out.float() * grad).sum().backward()
+    xs, ws, bs = (t.detach().float().requires_grad_() for t in (x, weight, bias))
+    ref = torch.nn.functional.linear(xs, ws, bs)
+    (ref * grad).sum().backward()
+    if weight.grad is None:
+        raise OutOfTolerance("no weight gradient: the fused path was taken without a main_grad to fill")
+    return [("forward", out, ref), ("backward input", x.grad, xs.grad), ("backward weight", weight.grad, ws.grad),
+            ("backward bias", bias.grad, bs.grad)]
+
+
 @dataclass
 class Check:
     name: str
@@ -281,6 +310,9 @@ def checks() -> list[Check]:
                         lambda t, d, x: _run_optimizer(t, "Adam", d, x), dtypes=("float32",)))
     result.append(Check("optimizer SGD step", "megatron/optimizer/__init__.py",
                         lambda t, d, x: _run_optimizer(t, "SGD", d, x), dtypes=("float32",)))
+    for api in ("ColumnParallelLinear", "linear_with_grad_accumulation"):
+        result.append(Check(f"grad-accum fusion {api}", "megatron/core/tensor_parallel/layers.py",
+                            lambda t, d, x, a=api: _run_grad_accum_linear(t, a, d, x)))
     result.append(Check("grad-norm clipping", "megatron/optimizer/clip_grads.py", _run_clip,
                         dtypes=("float32",)))
     return result

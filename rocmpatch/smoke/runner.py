@@ -63,7 +63,7 @@ class Plan:
     target: Path
     device: str = "auto"  # auto | rocm | cuda | cpu
     gpus: list[int] | None = None
-    train_iters: int = 20
+    train_iters: int | None = None  # None: the train stage's default for the platform
     timeouts: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS))
     series: Location | None = None  # where the series is, for pointing failures at patches
     stages: tuple[str, ...] = STAGES
@@ -77,6 +77,7 @@ class ChildOutcome:
     seconds: float
     timed_out: bool = False
     stdout: list[str] = field(default_factory=list)  # every stdout line, for stages that parse logs
+    stderr: list[str] = field(default_factory=list)  # every stderr line (workers' tracebacks)
 
 
 def child_env(selection: dict[str, Any] | None) -> dict[str, str]:
@@ -135,6 +136,7 @@ def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
         start_new_session=True, text=True, errors="replace", bufsize=1)
     stdout: list[str] = []
+    stderr: list[str] = []
     tail: deque[str] = deque(maxlen=TAIL_LINES)
 
     def pump(stream, keep: list[str] | None) -> None:
@@ -146,7 +148,7 @@ def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -
                 tail.append(line)
 
     readers = [threading.Thread(target=pump, args=(process.stdout, stdout), daemon=True),
-               threading.Thread(target=pump, args=(process.stderr, None), daemon=True)]
+               threading.Thread(target=pump, args=(process.stderr, stderr), daemon=True)]
     for reader in readers:
         reader.start()
     timed_out = False
@@ -162,11 +164,11 @@ def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -
         reader.join(timeout=2.0)
     result = None if timed_out else last_result(stdout)
     lines = [line for line in tail if last_result([line]) is None]
-    return ChildOutcome(result, lines, process.returncode, time.monotonic() - start, timed_out, stdout)
+    return ChildOutcome(result, lines, process.returncode, time.monotonic() - start, timed_out, stdout, stderr)
 
 
 def outcome_to_result(name: str, outcome: ChildOutcome, timeout: float,
-                      index: dict[str, list[str]]) -> StageResult:
+                      index: dict[str, list[str]], target: Path | None = None) -> StageResult:
     if outcome.timed_out:
         return StageResult(name, "failed", outcome.seconds,
                            f"no result after {timeout:g}s (hung or too slow); stopped it",
@@ -185,7 +187,7 @@ def outcome_to_result(name: str, outcome: ChildOutcome, timeout: float,
         status, detail = "failed", f"child reported unknown status {status!r}: {detail}"
     if status == "failed":
         clause = blame.hint(extra.get("culprits") or [], extra.get("missing_module"),
-                            bool(extra.get("nvidia_only")), index)
+                            bool(extra.get("nvidia_only")), index, target)
         if clause:
             detail = f"{detail} — {clause}"
         extra.setdefault("last_output", outcome.tail)
@@ -227,7 +229,7 @@ def _run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None) -> 
             try:
                 outcome = run_child(stage_command(MODULES[name], {**config, "timeout": timeout}),
                                     child_env(selection), timeout, plan.target)
-                result = outcome_to_result(name, outcome, timeout, index)
+                result = outcome_to_result(name, outcome, timeout, index, plan.target)
             except KeyboardInterrupt:
                 interrupted = True
                 result = StageResult(name, "failed", 0.0, "interrupted (Ctrl-C); its processes were stopped")

@@ -1,11 +1,13 @@
 """Stage 5, train: the target's own pretrain_gpt.py trains a tiny GPT on mock data.
 
-torchrun starts one worker per selected GPU; tensor parallelism spans them when there are two or more
-(the largest of 8/4/2 dividing the GPU count; 8 heads). Two runs: the legacy model path and
---use-mcore-models. The tokenizer is NullTokenizer with --vocab-size, so nothing is downloaded and no
-vocab file is needed; --mock-data needs no dataset. Megatron compiles its dataset helpers
-(megatron/core/datasets/helpers.cpp) at start, with make, a C++ compiler and `python3 -m pybind11`,
-so those are checked first. Pass: every iteration logged, losses finite, the last below the first.
+torchrun starts one worker per selected GPU, or two CPU workers over gloo (the series' cpu-training
+patch makes pretrain_gpt.py train without a GPU); tensor parallelism spans the workers when there are
+two or more (the largest of 8/4/2 dividing their number and the head count). Two runs: the legacy
+model path and --use-mcore-models --transformer-impl local. The tokenizer is NullTokenizer with
+--vocab-size, so nothing is downloaded and no vocab file is needed; --mock-data needs no dataset.
+Megatron compiles its dataset helpers (megatron/core/datasets/helpers.cpp) at start, with make, a C++
+compiler and `python3 -m pybind11`, so those are checked first. Pass: every iteration logged, losses
+finite, the last below the first. GPU and CPU runs differ only in the Profile below.
 """
 
 from __future__ import annotations
@@ -16,43 +18,64 @@ import re
 import shutil
 import statistics
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import StageFailure, is_nvidia_only, stage_main
+from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, is_nvidia_only, stage_main
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 
-MODEL = {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 8, "seq_length": 256, "micro_batch_size": 4}
-VOCAB = 1024  # > seq_length: MockGPTDataset writes the sample length as the first token
+
+@dataclass(frozen=True)
+class Profile:
+    """The tiny GPT and how it runs: sized so a GPU run shows real throughput and a CPU run stays short."""
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    micro_batch_size: int
+    vocab_size: int  # > seq_length: MockGPTDataset writes the sample length as the first token
+    iterations: int  # default of --train-iters
+    backend: str
+
+
+GPU = Profile(2, 256, 8, 256, 4, 1024, iterations=20, backend="nccl")
+CPU = Profile(2, 64, 4, 64, 4, 128, iterations=10, backend="gloo")
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
 ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
 LOSS = re.compile(r"lm loss:\s*([0-9.eE+-]+|nan|inf|-inf)", re.IGNORECASE)
 TRACE_FILE = re.compile(r'File "([^"]+)", line (\d+)')
 MISSING = re.compile(r"No module named '([^']+)'")
+EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(?:Error|Exception)\b")
+NEEDS_GPU = (*CUDA_ONLY_MESSAGES, "Megatron requires CUDA")
 
 
-def tensor_parallel_size(world: int, heads: int = MODEL["num_attention_heads"]) -> int:
+def profile_for(platform: str) -> Profile:
+    return CPU if platform == "cpu" else GPU
+
+
+def tensor_parallel_size(world: int, heads: int) -> int:
     return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
 
 
-def pretrain_args(world: int, iters: int, precision: str | None, mcore: bool) -> list[str]:
-    tp = tensor_parallel_size(world)
-    m = MODEL
+def pretrain_args(profile: Profile, world: int, iters: int, precision: str | None, mcore: bool) -> list[str]:
+    tp = tensor_parallel_size(world, profile.num_attention_heads)
+    m = profile
     args = [
-        "--num-layers", str(m["num_layers"]), "--hidden-size", str(m["hidden_size"]),
-        "--num-attention-heads", str(m["num_attention_heads"]), "--seq-length", str(m["seq_length"]),
-        "--max-position-embeddings", str(m["seq_length"]), "--micro-batch-size", str(m["micro_batch_size"]),
-        "--global-batch-size", str(m["micro_batch_size"] * (world // tp)),
+        "--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+        "--num-attention-heads", str(m.num_attention_heads), "--seq-length", str(m.seq_length),
+        "--max-position-embeddings", str(m.seq_length), "--micro-batch-size", str(m.micro_batch_size),
+        "--global-batch-size", str(m.micro_batch_size * (world // tp)),
         "--tensor-model-parallel-size", str(tp), "--train-iters", str(iters),
         "--lr", "1e-3", "--lr-decay-style", "constant", "--mock-data",
-        "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB), "--split", "98,1,1",
+        "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size), "--split", "98,1,1",
         "--log-interval", "1", "--eval-iters", "1", "--eval-interval", str(iters + 1000),
-        "--distributed-backend", "nccl", "--seed", "1234",
+        "--distributed-backend", m.backend, "--seed", "1234",
     ]
     if precision:
         args.append(f"--{precision}")
     if mcore:
-        args.append("--use-mcore-models")
+        args += ["--use-mcore-models", "--transformer-impl", "local"]
     return args
 
 
@@ -68,20 +91,28 @@ def parse_log(lines: list[str]) -> list[dict[str, float]]:
     return steps
 
 
+def error_line(lines: list[str]) -> str | None:
+    """The last exception line a worker printed (not torchrun's own ChildFailedError summary)."""
+    return next((line for line in reversed(lines)
+                 if EXCEPTION.match(line.strip()) and "ChildFailedError" not in line), None)
+
+
 def traceback_culprits(lines: list[str], target: str) -> tuple[list[str], str | None]:
-    """Target files in the last traceback of a worker's output (innermost first), and a missing module."""
+    """Target files in the last traceback of a worker's output that goes through the target
+    (innermost first; torchrun's own traceback comes after it), and a missing module."""
     root = os.path.realpath(target) + os.sep
-    files: list[str] = []
+    blocks: list[list[str]] = [[]]
     missing = None
     for line in lines:
-        if line.startswith("Traceback"):
-            files = []
+        if "Traceback (most recent call last)" in line:
+            blocks.append([])
         found = TRACE_FILE.search(line)
-        if found and os.path.realpath(found.group(1)).startswith(root):
-            files.append(os.path.relpath(os.path.realpath(found.group(1)), root))
+        if found and not found.group(1).startswith("<") and os.path.realpath(found.group(1)).startswith(root):
+            blocks[-1].append(os.path.relpath(os.path.realpath(found.group(1)), root))
         gone = MISSING.search(line)
         if gone:
             missing = gone.group(1)
+    files = next((block for block in reversed(blocks) if block), [])
     ordered: list[str] = []
     for path in reversed(files):
         if path not in ordered:
@@ -107,37 +138,50 @@ def helper_build_problem() -> str | None:
     return None
 
 
-def precision_flag(platform: str) -> str | None:
+def precision_flag(platform: str) -> str:
     import torch
 
     if platform == "cpu":
-        return None
+        return "bf16"  # torch's CPU kernels do bf16; the series casts what they refuse to mix
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
-def train_once(config: dict[str, Any], mcore: bool, precision: str | None, timeout: float) -> dict[str, Any]:
-    target, world, iters = config["target"], int(config.get("world_size") or 1), int(config.get("train_iters") or 20)
+def worker_env(platform: str) -> dict[str, str]:
     env = dict(os.environ)
-    if config.get("platform") == "cuda":
+    if platform == "cuda":
         env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # what NVIDIA's own scripts set; HIP ignores it
+    if platform == "cpu":  # --device cpu on a GPU machine: Megatron must not find the GPUs
+        env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
+    return env
+
+
+def train_once(config: dict[str, Any], mcore: bool, precision: str, timeout: float) -> dict[str, Any]:
+    platform = config.get("platform") or "cpu"
+    profile = profile_for(platform)
+    target, world = config["target"], int(config.get("world_size") or 1)
+    iters = int(config.get("train_iters") or profile.iterations)
     path = "mcore" if mcore else "legacy"
     outcome = torchrun(world, "rocmpatch.smoke.script",
-                       [target, "pretrain_gpt.py", *pretrain_args(world, iters, precision, mcore)],
-                       timeout, Path(target), env)
+                       [target, "pretrain_gpt.py", *pretrain_args(profile, world, iters, precision, mcore)],
+                       timeout, Path(target), worker_env(platform))
     steps = parse_log(outcome.stdout)
     run: dict[str, Any] = {"path": path, "iterations": len(steps), "seconds": round(outcome.seconds, 1)}
     if outcome.timed_out or outcome.returncode != 0 or len(steps) < iters:
-        culprits, missing = traceback_culprits(outcome.stdout + outcome.tail, target)
+        lines = outcome.stdout + outcome.stderr
+        culprits, missing = traceback_culprits(lines, target)
         why = (f"no result within {timeout:g}s" if outcome.timed_out
                else f"torchrun exited with code {outcome.returncode}")
-        last = next((line for line in reversed(outcome.tail) if "Error" in line or "error" in line),
-                    outcome.tail[-1] if outcome.tail else "no output")
-        raise StageFailure(f"{path} path: {why} after {len(steps)}/{iters} iterations: {last.strip()[:300]}",
+        gpu_only = error_line([line for line in lines if any(m in line for m in NEEDS_GPU)])
+        last = gpu_only or error_line(lines) or (outcome.tail[-1] if outcome.tail else "no output")
+        cannot = "this tree cannot train on CPU: " if platform == "cpu" and gpu_only else ""
+        raise StageFailure(f"{path} path: {cannot}{why} after {len(steps)}/{iters} iterations: "
+                           f"{last.strip()[:300]}",
                            culprits=culprits, missing_module=missing,
                            nvidia_only=bool(missing and is_nvidia_only(missing)), last_output=outcome.tail)
     losses = [s["loss"] for s in steps]
     timed = [s["ms"] for s in steps[2:] if not math.isnan(s["ms"])] or [s["ms"] for s in steps]
-    tokens = MODEL["micro_batch_size"] * (world // tensor_parallel_size(world)) * MODEL["seq_length"]
+    tokens = profile.micro_batch_size * (world // tensor_parallel_size(world, profile.num_attention_heads)) \
+        * profile.seq_length
     ms = statistics.median(timed)
     run.update(first_loss=losses[0], last_loss=losses[-1], ms_per_iteration=ms,
                tokens_per_s=round(tokens / (ms / 1000.0)) if ms > 0 else None)
@@ -150,20 +194,11 @@ def train_once(config: dict[str, Any], mcore: bool, precision: str | None, timeo
     return run
 
 
-def cpu_reason(target: Path) -> str:
-    core_on_cpu = "def get_current_device" in (target / "megatron/core/utils.py").read_text(errors="replace")
-    return ("on CPU: pretrain_gpt.py needs a GPU (megatron/initialize.py calls torch.cuda.set_device)"
-            + ("; this tree's megatron.core runs on CPU, which the series' own tests exercise" if core_on_cpu
-               else "; this tree adds no CPU training path"))
-
-
 def run(config: dict[str, Any]) -> dict[str, Any]:
     target = Path(config["target"])
     platform = config.get("platform") or "cpu"
     if not (target / "pretrain_gpt.py").is_file():
         return {"status": "skipped", "detail": "core-only tree: there is no pretrain_gpt.py to train with"}
-    if platform == "cpu":
-        return {"status": "skipped", "detail": cpu_reason(target)}
     problem = helper_build_problem()
     if problem:
         raise StageFailure(problem)
@@ -182,11 +217,14 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         first = failures[0]
         more = f"; {failures[1].detail}" if len(failures) > 1 else ""
         raise StageFailure(first.detail + more, **first.extra, runs=runs)
-    tp = tensor_parallel_size(world)
+    profile = profile_for(platform)
+    tp = tensor_parallel_size(world, profile.num_attention_heads)
+    where = "CPU" if platform == "cpu" else "GPU"
     summary = "; ".join(f"{r['path']} loss {r['first_loss']:.2f}->{r['last_loss']:.2f}, "
                         f"{r['tokens_per_s']} tokens/s" for r in runs)
-    return {"runs": runs, "precision": precision or "fp32", "tensor_parallel": tp,
-            "detail": f"GPT 2x256 seq 256, {precision or 'fp32'}, TP={tp} DP={world // tp}, "
+    return {"runs": runs, "precision": precision, "tensor_parallel": tp, "backend": profile.backend,
+            "detail": f"GPT {profile.num_layers}x{profile.hidden_size} seq {profile.seq_length}, {precision}, "
+                      f"TP={tp} DP={world // tp}, {profile.backend} on {where}, "
                       f"{runs[0]['iterations']} iterations: {summary}"}
 
 

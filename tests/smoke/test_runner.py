@@ -8,7 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from rocmpatch.smoke import blame
+from rocmpatch.smoke import blame, train
 from rocmpatch.smoke.runner import Plan, last_result, run_child, run_stages, child_env
 from rocmpatch.series import locate
 
@@ -104,3 +104,32 @@ def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
     assert "('import', 'failed', 'interrupted (Ctrl-C); its processes were stopped')" in out
     assert "('ops', 'skipped', 'interrupted')" in out
     assert not alive(int(marker.read_text()))
+
+
+def test_blame_names_the_patch_whose_changes_are_missing_from_the_file(tmp_path):
+    index = blame.patch_index(locate(ROOT / "patchsets"))
+    path = "megatron/initialize.py"
+    *others, last = index[path]
+    assert others and last == "cpu-training"
+    file = tmp_path / path
+    file.parent.mkdir(parents=True)
+    file.write_text("\n".join(line for name in others for line in index.added[(path, name)]) + "\n")
+    text = blame.hint([path], None, False, index, tmp_path)
+    assert text == (f"{path} is changed by patch {', '.join(index[path])}; cpu-training is not applied there: "
+                    "run rocmpatch status")
+    with file.open("a") as handle:
+        handle.write("\n".join(index.added[(path, last)]) + "\n")
+    assert blame.hint([path], None, False, index, tmp_path).endswith("is it applied? run rocmpatch status")
+
+
+def test_train_runs_the_tiny_gpt_over_gloo_on_cpu_and_nccl_on_gpus():
+    cpu = train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", mcore=True)
+    value = dict(zip(cpu, cpu[1:]))
+    assert value["--distributed-backend"] == "gloo" and value["--tensor-model-parallel-size"] == "2"
+    assert value["--hidden-size"] == "64" and value["--train-iters"] == "10"
+    assert cpu[-4:] == ["--bf16", "--use-mcore-models", "--transformer-impl", "local"]
+    gpu = train.pretrain_args(train.profile_for("rocm"), 4, 20, "bf16", mcore=False)
+    value = dict(zip(gpu, gpu[1:]))
+    assert value["--distributed-backend"] == "nccl" and value["--tensor-model-parallel-size"] == "4"
+    assert value["--hidden-size"] == "256" and "--use-mcore-models" not in gpu
+    assert train.profile_for("cpu").iterations == 10 and train.profile_for("cuda").iterations == 20

@@ -2,7 +2,8 @@
 
 The patched tree is megatron/core of the pin (the megatron-core 0.5.0 wheel's bytes) with the
 series' megatron/core hunks; a broken tree leaves one patch out, and the stage that depends on it
-must fail naming the file and the patch. With ROCMPATCH_TEST_UPSTREAM, the whole patched tree too.
+must fail naming the file and the patch. With ROCMPATCH_TEST_UPSTREAM, the whole patched tree
+too: it trains on CPU (pretrain_gpt.py over gloo), and without patch cpu-training train fails naming it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rocmpatch.cli import app
 from rocmpatch.series import locate
 from rocmpatch.smoke.runner import Plan, run_stages
 from tests.series.part2_helpers import PATCHSETS, patched_core_tree, patched_upstream_tree
+from tests.smoke.trees import without_patch
 
 pytestmark = pytest.mark.wheel
 TE_LAYERS = "megatron/core/transformer/custom_layers/transformer_engine.py"
@@ -93,14 +95,37 @@ def test_not_a_megatron_tree_is_refused(tmp_path):
     assert result.exit_code == 5 and "no megatron/core/__init__.py" in result.output
 
 
+@pytest.fixture(scope="module")
+def full_tree(upstream_mirror, tmp_path_factory) -> Path:
+    return patched_upstream_tree(upstream_mirror, tmp_path_factory.mktemp("full") / "tree")
+
+
 @pytest.mark.upstream
-def test_full_patched_tree_on_cpu(upstream_mirror, tmp_path):
-    tree = patched_upstream_tree(upstream_mirror, tmp_path / "tree")
-    code, report = smoke_json(tree)
+def test_full_patched_tree_on_cpu(full_tree):
+    code, report = smoke_json(full_tree, "--train-iters", "6")
     stages = {s["name"]: s for s in report["stages"]}
     assert code == 0, json.dumps(report, indent=1)[:3000]
     assert stages["import"]["tree"] == "full"
     assert {"megatron.training", "megatron.optimizer", "pretrain_gpt"} <= set(stages["import"]["modules"])
     checks = {c["check"] for c in stages["ops"]["cases"] if c["status"] == "passed"}
-    assert {"legacy softmax causal", "legacy LayerNorm", "optimizer Adam step", "optimizer SGD step"} <= checks
-    assert stages["train"]["status"] == "skipped" and "needs a GPU" in stages["train"]["detail"]
+    assert {"legacy softmax causal", "legacy LayerNorm", "optimizer Adam step", "optimizer SGD step",
+            "grad-norm clipping", "grad-accum fusion ColumnParallelLinear"} <= checks
+    assert not [c for c in stages["ops"]["cases"] if c["status"] != "passed"], stages["ops"]["detail"]
+    train = stages["train"]
+    assert train["status"] == "passed", train["detail"]
+    assert train["backend"] == "gloo" and train["tensor_parallel"] == 2 and train["precision"] == "bf16"
+    runs = {r["path"]: r for r in train["runs"]}
+    assert set(runs) == {"legacy", "mcore"}
+    for run in runs.values():
+        assert run["iterations"] == 6 and run["last_loss"] < run["first_loss"] and run["tokens_per_s"] > 0
+
+
+@pytest.mark.upstream
+def test_tree_without_cpu_training_fails_train_naming_the_patch(full_tree, tmp_path):
+    tree = without_patch(full_tree, PATCHSETS, "cpu-training", tmp_path / "tree")
+    _, train = run_stages(Plan(tree, device="cpu", train_iters=2, stages=("environment", "train"),
+                               series=locate(PATCHSETS)))
+    assert train.status == "failed"
+    assert "cannot train on CPU" in train.detail and "Megatron requires CUDA" in train.detail
+    assert "megatron/initialize.py is changed by patch" in train.detail
+    assert "; cpu-training is not applied there" in train.detail
