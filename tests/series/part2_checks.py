@@ -1,16 +1,14 @@
-"""Checks of the part-2 series, run by part2_helpers.run_checks in a child process whose
-PYTHONPATH is a patched tree: `python part2_checks.py GROUP OUT.json`.
+"""Checks of the part-2 series, run by child.py in a child process whose first sys.path entry is a
+patched tree.
 
-Each check returns a short detail string or raises; the results go to OUT.json as
+Each check returns a short detail string or raises; a group's result is
 {name: {"ok": bool, "detail": str}} so that pytest reports every check on its own.
 Everything runs on CPU, in fp32 and bf16, against plain torch references.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import traceback
 import warnings
 
@@ -31,6 +29,16 @@ def check(group):
 def close(actual, expected, dtype, what):
     atol, rtol = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (5e-2, 2e-2)}[dtype]
     torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}")
+
+
+def grads_close(out, ref, dtype, leaves):
+    """One random gradient back through `out` and its float64 reference `ref`; then the gradient of
+    each leaf against its reference leaf's: {what: (leaf, reference leaf)}."""
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref.backward(grad.double())
+    for what, (leaf, ref_leaf) in leaves.items():
+        close(leaf.grad, ref_leaf.grad, dtype, f"{what} grad")
 
 
 def init_gloo():
@@ -83,12 +91,7 @@ def check_layer_norm():
             ref_x = x.detach().double().requires_grad_()
             ref = F.layer_norm(ref_x, (64,), ref_w + 1 if zero_centered else ref_w, ref_b, 1e-5)
             close(out, ref, dtype, f"forward {dtype} zero_centered={zero_centered}")
-            grad = torch.randn_like(out)
-            out.backward(grad)
-            ref.backward(grad.double())
-            close(x.grad, ref_x.grad, dtype, "input grad")
-            close(norm.weight.grad, ref_w.grad, dtype, "weight grad")
-            close(norm.bias.grad, ref_b.grad, dtype, "bias grad")
+            grads_close(out, ref, dtype, {"input": (x, ref_x), "weight": (norm.weight, ref_w), "bias": (norm.bias, ref_b)})
     # fp32 activations with bf16 parameters (--fp32-residual-connection) must not be refused.
     norm = FusedLayerNorm(core_config(params_dtype=torch.bfloat16), 64).bfloat16()
     assert norm(torch.randn(4, 64)).dtype == torch.float32
@@ -115,11 +118,7 @@ def check_rms_norm():
             gamma = ref_w + 1 if zero_centered else ref_w
             ref = ref_x * torch.rsqrt(ref_x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma
             close(out, ref, dtype, f"forward {dtype}")
-            grad = torch.randn_like(out)
-            out.backward(grad)
-            ref.backward(grad.double())
-            close(x.grad, ref_x.grad, dtype, "input grad")
-            close(norm.weight.grad, ref_w.grad, dtype, "weight grad")
+            grads_close(out, ref, dtype, {"input": (x, ref_x), "weight": (norm.weight, ref_w)})
     return "fp32/bf16 vs x*rsqrt(mean(x^2)+eps)*w, no bias"
 
 
@@ -529,20 +528,13 @@ def check_clip_grad_norm_matches_torch():
     return "L2 and inf norms, clipping and no-op, vs torch.nn.utils.clip_grad_norm_; count_zeros_fp32"
 
 
-def main() -> int:
-    group, out = sys.argv[1], sys.argv[2]
+def run(group: str) -> dict[str, dict]:
     results = {}
     for name, fn in GROUPS[group].items():
         try:
             results[name] = {"ok": True, "detail": fn() or ""}
         except BaseException:  # a check's failure is its result, whatever it is
             results[name] = {"ok": False, "detail": traceback.format_exc()[-3000:]}
-    with open(out, "w") as handle:
-        json.dump(results, handle, indent=1)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return results

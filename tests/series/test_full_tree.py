@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from rocmpatch.patching import apply_series
-from tests.series.child import FULL_TREE_MODULES
-from tests.series.conftest import PATCHSETS, PIN_COMMIT, git, read_tree, run_child, series_patches
+from rocmpatch import gitcmd
+from tests.series.child import run_checks
+from tests.series.part1_checks import FULL_TREE_MODULES
+from tests.series.trees import PATCHSETS, full_series_applier, pin_commit
 
 
-def test_series_applies_exactly_to_the_pin(pin_tree):
-    changes = apply_series(series_patches(), read_tree(pin_tree))
+def test_series_applies_exactly_to_the_pin(upstream_mirror):
+    changes = full_series_applier(upstream_mirror).changes
     assert "megatron/core/fusions/fused_softmax.py" in changes
     assert all(data is not None for data in changes.values()), "the series deletes no file"
 
@@ -31,17 +32,18 @@ def test_rocmpatch_check_passes(upstream_mirror):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_part1_patch_files_are_format_patch_output(upstream_mirror, tmp_path):
+def test_part1_patch_files_are_format_patch_output(upstream_mirror, tmp_path, monkeypatch):
     """git am of patches 0001-0099 onto the pin, then format-patch, gives back the same bytes."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no user or system git config changes the output
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     files = sorted(p for p in PATCHSETS.glob("00[0-9][0-9]-*.patch") if p.name[:4] != "0000")
-    repo = tmp_path / "repo"
-    git("init", "-q", str(repo))
-    git("fetch", "-q", "--depth=1", f"file://{upstream_mirror}", PIN_COMMIT, cwd=repo)
-    git("checkout", "-q", "FETCH_HEAD", cwd=repo)
-    git("-c", "user.name=test", "-c", "user.email=test@invalid", "am", "-q", *map(str, files), cwd=repo)
+    pin = pin_commit()
+    repo = gitcmd.init_repo(tmp_path / "repo")
+    gitcmd.fetch_commit(repo, f"file://{upstream_mirror}", pin)
+    gitcmd.run(repo, "checkout", "-q", pin)
+    gitcmd.run(repo, "-c", "user.name=test", "-c", "user.email=test@invalid", "am", "-q", *map(str, files))
     out = tmp_path / "out"
-    git("format-patch", "-q", "--zero-commit", "--no-signature", "--full-index", "-o", str(out),
-        f"{PIN_COMMIT}..HEAD", cwd=repo)
+    gitcmd.run(repo, "format-patch", "-q", "--zero-commit", "--no-signature", "--full-index", "-o", str(out), f"{pin}..HEAD")
     produced = sorted(out.iterdir())
     assert len(produced) == len(files)
     for ours, theirs in zip(files, produced):
@@ -49,8 +51,8 @@ def test_part1_patch_files_are_format_patch_output(upstream_mirror, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def patched_results(patched_tree):
-    return run_child("full", str(patched_tree))
+def patched_results(patched_full, tmp_path_factory):
+    return run_checks("part1_checks", "full", patched_full, tmp_path_factory.mktemp("full"))
 
 
 @pytest.mark.parametrize("module", FULL_TREE_MODULES)
@@ -58,8 +60,8 @@ def test_patched_tree_imports_without_nvidia_packages(patched_results, module):
     assert patched_results["imports"][module] == "ok"
 
 
-def test_pristine_tree_does_not_import(pin_tree):
-    results = run_child("full", str(pin_tree))
+def test_pristine_tree_does_not_import(pristine_full, tmp_path):
+    results = run_checks("part1_checks", "full", pristine_full, tmp_path)
     assert "transformer_engine" in results["imports"]["megatron"]
     assert [name for name, value in results["imports"].items() if value == "ok"] == []
     assert "error" in results["args"]

@@ -1,11 +1,7 @@
-"""Patch 0109 (cpu-training) on CPU: the real training path of the patched tree without a GPU.
-
-CI (the wheel's megatron/core bytes): the DDP grad buffers and the timers on CPU over gloo.
-Whole tree (ROCMPATCH_TEST_UPSTREAM): megatron.optimizer's AdamW/SGD steps (fp32, and bf16/fp16
-through Float16OptimizerWithFloat16Params) against torch's optimizers, clip_grad_norm_fp32 against
-torch.nn.utils.clip_grad_norm_, and pretrain_gpt.py itself under torchrun (1 process, gloo, mock
-data, a tiny model): the legacy model saves at iteration 5 and a second run resumes it to 10;
-the megatron-core model (local spec) trains 8 iterations.
+"""Patch 0109 (cpu-training) on CPU: pretrain_gpt.py itself under torchrun on the whole patched
+tree (ROCMPATCH_TEST_UPSTREAM; 1 process, gloo, mock data, a tiny model): the legacy model saves at
+iteration 5 and a second run resumes it to 10; the megatron-core model (local spec) trains 8
+iterations. 0109's unit checks (DDP, timers, optimizers, clipping) are in test_part2.py.
 """
 
 from __future__ import annotations
@@ -21,12 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.series.part2_helpers import patched_core_tree, patched_upstream_tree, run_checks
-
 pytest.importorskip("torch")
-
-CORE_CHECKS = ("ddp_grad_buffer_on_cpu", "timers_on_cpu")
-TREE_CHECKS = ("megatron_optimizer_steps", "clip_grad_norm_matches_torch")
 
 # A tiny GPT on --mock-data: NullTokenizer needs no vocabulary file. On a machine without a GPU,
 # initialize_megatron picks gloo and CPU initialization by itself (0109); docs/patches.md
@@ -44,42 +35,6 @@ TINY_GPT = [
 ITERATION = re.compile(
     r"iteration\s+(\d+)/\s*\d+ \| consumed samples:\s+(\d+) .*?learning rate: ([0-9.E+-]+) .*?lm loss: ([0-9.E+-]+)"
 )
-
-
-@pytest.fixture(scope="session")
-def core_training_results(wheel_core_files, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("part2-training-core")
-    return run_checks(patched_core_tree(wheel_core_files, tmp / "tree"), "training_core", tmp)
-
-
-@pytest.fixture(scope="session")
-def training_tree(upstream_mirror, tmp_path_factory):
-    return patched_upstream_tree(upstream_mirror, tmp_path_factory.mktemp("part2-training") / "tree")
-
-
-@pytest.fixture(scope="session")
-def tree_training_results(training_tree, tmp_path_factory):
-    return run_checks(training_tree, "training", tmp_path_factory.mktemp("part2-training-checks"))
-
-
-def test_part2_training_core_runs_every_check(core_training_results):
-    assert sorted(core_training_results) == sorted(CORE_CHECKS)
-
-
-@pytest.mark.parametrize("name", CORE_CHECKS)
-def test_part2_training_core(core_training_results, name):
-    result = core_training_results[name]
-    assert result["ok"], result["detail"]
-
-
-def test_part2_training_tree_runs_every_check(tree_training_results):
-    assert sorted(tree_training_results) == sorted(TREE_CHECKS)
-
-
-@pytest.mark.parametrize("name", TREE_CHECKS)
-def test_part2_training_tree(tree_training_results, name):
-    result = tree_training_results[name]
-    assert result["ok"], result["detail"]
 
 
 # ---------------------------------------------------------------- pretrain_gpt.py under torchrun
@@ -114,12 +69,12 @@ def loss(steps, iteration):
     return steps[iteration][2]
 
 
-def test_pretrain_gpt_legacy_bf16_saves_and_resumes(training_tree, tmp_path):
+def test_pretrain_gpt_legacy_bf16_saves_and_resumes(patched_full, tmp_path):
     save = ["--bf16", "--save", str(tmp_path / "ckpt"), "--save-interval", "1000"]
-    first, output = pretrain_gpt(training_tree, *save, "--exit-interval", "5")
+    first, output = pretrain_gpt(patched_full, *save, "--exit-interval", "5")
     assert sorted(first) == [1, 2, 3, 4, 5]
     assert re.search(r"successfully saved checkpoint at iteration\s+5 ", output), output[-3000:]
-    resumed, output = pretrain_gpt(training_tree, *save, "--load", str(tmp_path / "ckpt"))
+    resumed, output = pretrain_gpt(patched_full, *save, "--load", str(tmp_path / "ckpt"))
     assert re.search(r"successfully loaded checkpoint from .* at iteration 5\b", output), output[-3000:]
     assert sorted(resumed) == [6, 7, 8, 9, 10]
     # The scheduler and the sample count continue: cosine from 1e-3 to 1e-4 over iterations 2..10.
@@ -130,8 +85,8 @@ def test_pretrain_gpt_legacy_bf16_saves_and_resumes(training_tree, tmp_path):
     assert loss(resumed, 10) < loss(first, 5) and loss(first, 5) < loss(first, 1), (first, resumed)
 
 
-def test_pretrain_gpt_mcore_local_trains(training_tree):
-    steps, output = pretrain_gpt(training_tree, "--use-mcore-models", "--transformer-impl", "local",
+def test_pretrain_gpt_mcore_local_trains(patched_full):
+    steps, output = pretrain_gpt(patched_full, "--use-mcore-models", "--transformer-impl", "local",
                                  "--train-iters", "8")
     assert "no GPU: training on the CPU with the gloo backend" in output
     assert sorted(steps) == list(range(1, 9))

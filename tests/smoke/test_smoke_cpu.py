@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from rocmpatch.cli import app
 from rocmpatch.series import locate
 from rocmpatch.smoke.runner import Plan, run_stages
-from tests.series.part2_helpers import PATCHSETS, patched_core_tree, patched_upstream_tree
+from tests.series.trees import PATCHSETS, patched_core_tree, patched_upstream_tree
 from tests.smoke.trees import without_patch
 
 pytestmark = pytest.mark.wheel
