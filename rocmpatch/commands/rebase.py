@@ -11,7 +11,7 @@ from rocmpatch import locking, rebase, series, store
 from rocmpatch.console import err, out
 from rocmpatch.errors import CheckFailed, ExitCode, InvalidInput
 from rocmpatch.patching import parse_patch
-from rocmpatch.schema import SERIES_FILE, Series
+from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
 
 
 def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None) -> ExitCode:
@@ -91,7 +91,7 @@ def without_entries(text: str, names: set[str]) -> str:
     """series.yaml with the entries named `names` cut out, everything else (comments too) kept."""
     if not names:
         return text
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = yaml.compose(text, Loader=YAML_LOADER)
     items = dict((k.value, v) for k, v in root.value)["series"].value
     lines = text.splitlines(keepends=True)
     cut: set[int] = set()
