@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import yaml
@@ -9,6 +8,7 @@ from rich.table import Table
 from rocmpatch import locking, rebase, series, store
 from rocmpatch.console import err, out
 from rocmpatch.errors import CheckFailed, ExitCode, InvalidInput
+from rocmpatch.files import replace_file
 from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
 
 
@@ -75,12 +75,12 @@ def write_results(loaded: series.LoadedSeries, finished: rebase.Finished) -> Non
     series_path = loaded.series.directory / SERIES_FILE
     series_text = without_entries(series_path.read_text(encoding="utf-8"), {p.name for p in dropped})
     for patch in kept:
-        _replace(patch.path, patch.text.encode("utf-8", "surrogateescape"))
+        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
     if dropped:
-        _replace(series_path, series_text.encode("utf-8"))
+        replace_file(series_path, series_text.encode("utf-8"))
         for patch in dropped:
             patch.path.unlink()
-    _replace(loaded.location.lock_path, new_lock.to_yaml().encode("utf-8"))
+    locking.write(loaded.location.lock_path, new_lock)
 
 
 def without_entries(text: str, names: set[str]) -> str:
@@ -97,9 +97,3 @@ def without_entries(text: str, names: set[str]) -> str:
             end = items[index + 1].start_mark.line if index + 1 < len(items) else item.end_mark.line + (item.end_mark.column > 0)
             cut.update(range(item.start_mark.line, end))
     return "".join(line for number, line in enumerate(lines) if number not in cut)
-
-
-def _replace(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.rocmpatch-tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
