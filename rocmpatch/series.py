@@ -97,6 +97,10 @@ class LoadedSeries:
         assert self.lock is not None
         return self.lock
 
+    def require_lock(self) -> Lock:
+        """The lock as it is, even when stale (it still names the pin); InvalidInput when there is none."""
+        return self.lock or self.locked()
+
     def locked_patches(self) -> tuple[LockedPatch, ...]:
         return tuple(LockedPatch(p.name, p.entry.file, p.sha256) for p in self.patches)
 
