@@ -56,7 +56,7 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
     cache = store.cached_repo(lock.upstream, url_override)
     result = ApplyResult(directory, created=True, dry_run=dry_run)
     if dry_run:
-        steps = _planned_steps(cache, loaded, loaded.patches, lock.upstream.tree)
+        steps = _planned_steps(cache, loaded, lock, loaded.patches, lock.upstream.tree)
         result.applied = [s.patch.name for s in steps]
         return result
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +95,7 @@ def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: Ap
     result.head = head
     if not remaining:
         return
-    steps = _planned_steps(repo, loaded, remaining, gitcmd.tree_of(repo, head))
+    steps = _planned_steps(repo, loaded, lock, remaining, gitcmd.tree_of(repo, head))
     result.applied = [s.patch.name for s in steps]
     if result.dry_run:
         return
@@ -107,9 +107,8 @@ def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: Ap
     result.head = new_head
 
 
-def _planned_steps(repo: git.Repo, loaded: LoadedSeries, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
+def _planned_steps(repo: git.Repo, loaded: LoadedSeries, lock: Lock, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
     steps = patch_trees(repo, base_tree, patches)
-    lock = loaded.locked()
     if steps and steps[-1].tree != lock.patched_tree:
         raise InvalidInput(f"{loaded.location.lock_path}: patched_tree", f"is {lock.patched_tree}, but the series gives {steps[-1].tree}", hint=LOCK_HINT)
     return steps

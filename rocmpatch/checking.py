@@ -47,9 +47,7 @@ class CheckReport:
 
 
 def check(loaded: LoadedSeries, *, url_override: str | None = None) -> CheckReport:
-    lock = loaded.lock
-    if lock is None:
-        loaded.locked()  # raises: without a lock there is no pin to check against
+    lock = loaded.require_lock()  # stale is reported below; without a lock there is no pin to check against
     repo = store.cached_repo(lock.upstream, url_override)
     report = CheckReport(lock.upstream.commit, lock.patched_tree, lock_problems=loaded.lock_problems())
     applier = SeriesApplier(repo, lock.upstream.tree)

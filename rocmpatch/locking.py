@@ -6,12 +6,12 @@ trust nothing else. Re-pinning (a new commit) goes through here too, e.g. from `
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocmpatch import gitcmd, store
 from rocmpatch.errors import InvalidInput
+from rocmpatch.files import replace_file
 from rocmpatch.schema import Lock, Upstream, is_full_commit_id
 from rocmpatch.series import LoadedSeries
 from rocmpatch.trees import patch_trees
@@ -46,9 +46,7 @@ def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None 
 
 def write(path: Path, lock: Lock) -> None:
     """Replace the lock file atomically: a reader sees the old lock or the new one, never half."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(lock.to_yaml(), encoding="utf-8")
-    os.replace(temporary, path)
+    replace_file(path, lock.to_yaml().encode("utf-8"))
 
 
 def stale_fields(old: Lock | None, new: Lock) -> list[str]:

@@ -28,6 +28,7 @@ import git
 
 from rocmpatch import gitcmd
 from rocmpatch.errors import Busy, CheckFailed, InvalidInput, PatchConflict, RocmpatchError, TargetRefused
+from rocmpatch.files import replace_file
 from rocmpatch.gitcmd import Identity
 from rocmpatch.patching import apply_patch, parse_patch
 
@@ -254,9 +255,7 @@ def _remove_worktree(work: git.Repo, worktree: Path) -> None:
 
 
 def _save(directory: Path, state: State) -> None:
-    temporary = directory / "state.json.tmp"
-    temporary.write_text(json.dumps(asdict(state), indent=2))
-    temporary.replace(directory / "state.json")
+    replace_file(directory / "state.json", json.dumps(asdict(state), indent=2).encode("utf-8"))
 
 
 def _load(project: Path) -> tuple[Path, State]:

@@ -52,6 +52,7 @@ class LoadedPatch:
     patch: Patch
     sha256: str
     path: Path
+    text: str  # the file's content (utf-8, surrogateescape), kept so no one reads it again
 
     @property
     def name(self) -> str:
@@ -96,6 +97,10 @@ class LoadedSeries:
         assert self.lock is not None
         return self.lock
 
+    def require_lock(self) -> Lock:
+        """The lock as it is, even when stale (it still names the pin); InvalidInput when there is none."""
+        return self.lock or self.locked()
+
     def locked_patches(self) -> tuple[LockedPatch, ...]:
         return tuple(LockedPatch(p.name, p.entry.file, p.sha256) for p in self.patches)
 
@@ -116,5 +121,11 @@ def _load_patch(series: Series, entry: SeriesEntry) -> LoadedPatch:
         data = path.read_bytes()  # bytes, never text mode: text mode would eat \r
     except FileNotFoundError:
         raise InvalidInput(path, f"patch file of {entry.name!r} not found", hint=f"series.yaml names it; add the file or fix series[].file") from None
-    patch = parse_patch(data.decode("utf-8", "surrogateescape"), name=entry.name, source=str(path))
-    return LoadedPatch(entry, patch, hashlib.sha256(data).hexdigest(), path)
+    return loaded_patch(entry, data, path)
+
+
+def loaded_patch(entry: SeriesEntry, data: bytes, path: Path) -> LoadedPatch:
+    """A patch file's bytes parsed and hashed (the sha256 the lock records is of these bytes)."""
+    text = data.decode("utf-8", "surrogateescape")
+    patch = parse_patch(text, name=entry.name, source=str(path))
+    return LoadedPatch(entry, patch, hashlib.sha256(data).hexdigest(), path, text)

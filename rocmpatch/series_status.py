@@ -49,7 +49,7 @@ class StatusReport:
 
 
 def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
-    lock = loaded.lock or loaded.locked()
+    lock = loaded.require_lock()
     repo = gitcmd.open_repo(directory)
     state = history.read(repo)
     journal = target.pending(repo)

@@ -21,6 +21,7 @@ import git
 
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused
+from rocmpatch.files import replace_file
 from rocmpatch.store import file_lock
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
@@ -62,7 +63,7 @@ def refuse_user_edits(repo: git.Repo, *, hint: str) -> None:
 def move(repo: git.Repo, old_commit: str, new_commit: str, operation: str) -> None:
     """Move HEAD, index and working tree from old_commit to new_commit, journaled."""
     journal = journal_path(repo)
-    _write_journal(journal, {"operation": operation, "old": old_commit, "new": new_commit})
+    replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
     interruption_point("journal-written")
     gitcmd.move_tree(repo, gitcmd.tree_of(repo, old_commit), gitcmd.tree_of(repo, new_commit))
     interruption_point("worktree-updated")
@@ -106,15 +107,6 @@ def recover(repo: git.Repo) -> str | None:
 def _sha(entries: dict[str, gitcmd.Entry], path: str) -> str | None:
     entry = entries.get(path)
     return entry.sha if entry else None
-
-
-def _write_journal(path: Path, data: dict) -> None:
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str) -> git.Repo:

@@ -21,7 +21,7 @@ class UnapplyResult:
 
 
 def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> UnapplyResult:
-    lock = loaded.lock or loaded.locked()  # a stale lock still names the pin; that is all we need
+    lock = loaded.require_lock()  # a stale lock still names the pin; that is all we need
     gitcmd.require_git()
     repo = gitcmd.open_repo(directory)
     result = UnapplyResult(directory)

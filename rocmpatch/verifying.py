@@ -53,7 +53,7 @@ class VerifyReport:
 
 
 def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = None) -> VerifyReport:
-    lock = loaded.lock or loaded.locked()
+    lock = loaded.require_lock()
     repo = gitcmd.open_repo(directory)
     head = gitcmd.head_commit(repo)
     head_tree = gitcmd.tree_of(repo, head) if head else None

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import yaml
@@ -10,7 +8,7 @@ from rich.table import Table
 from rocmpatch import locking, rebase, series, store
 from rocmpatch.console import err, out
 from rocmpatch.errors import CheckFailed, ExitCode, InvalidInput
-from rocmpatch.patching import parse_patch
+from rocmpatch.files import replace_file
 from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
 
 
@@ -24,7 +22,7 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
         out.print(f"rebase aborted: removed {directory}; the series and upstream.lock are as they were", markup=False)
         return ExitCode.OK
     loaded = series.load(location)
-    items = [rebase.SeriesPatch(p.name, p.entry.file, p.path.read_bytes().decode("utf-8", "surrogateescape")) for p in loaded.patches]
+    items = [rebase.SeriesPatch(p.name, p.entry.file, p.text) for p in loaded.patches]
     if resume:
         result = rebase.resume(project, items)
     else:
@@ -63,13 +61,11 @@ def write_results(loaded: series.LoadedSeries, finished: rebase.Finished) -> Non
 
     The lock is computed (the refreshed series applied exactly to the new commit) before any file
     is written, so a failure here leaves the project as it was."""
-    kept = []
-    for patch in loaded.patches:
-        text = finished.texts[patch.name]
-        if text is not None:
-            data = text.encode("utf-8", "surrogateescape")
-            parsed = parse_patch(text, name=patch.name, source=str(patch.path))
-            kept.append(series.LoadedPatch(patch.entry, parsed, hashlib.sha256(data).hexdigest(), patch.path))
+    kept = [
+        series.loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), patch.path)
+        for patch in loaded.patches
+        if (text := finished.texts[patch.name]) is not None
+    ]
     new_series = Series(loaded.series.directory, tuple(p.entry for p in kept))
     new_loaded = series.LoadedSeries(loaded.location, new_series, tuple(kept), loaded.lock)
     new_lock = locking.compute(new_loaded, locking.Pin(ref=finished.onto_ref, commit=finished.onto), url_override=finished.url)
@@ -79,12 +75,12 @@ def write_results(loaded: series.LoadedSeries, finished: rebase.Finished) -> Non
     series_path = loaded.series.directory / SERIES_FILE
     series_text = without_entries(series_path.read_text(encoding="utf-8"), {p.name for p in dropped})
     for patch in kept:
-        _replace(patch.path, finished.texts[patch.name].encode("utf-8", "surrogateescape"))
+        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
     if dropped:
-        _replace(series_path, series_text.encode("utf-8"))
+        replace_file(series_path, series_text.encode("utf-8"))
         for patch in dropped:
             patch.path.unlink()
-    _replace(loaded.location.lock_path, new_lock.to_yaml().encode("utf-8"))
+    locking.write(loaded.location.lock_path, new_lock)
 
 
 def without_entries(text: str, names: set[str]) -> str:
@@ -101,9 +97,3 @@ def without_entries(text: str, names: set[str]) -> str:
             end = items[index + 1].start_mark.line if index + 1 < len(items) else item.end_mark.line + (item.end_mark.column > 0)
             cut.update(range(item.start_mark.line, end))
     return "".join(line for number, line in enumerate(lines) if number not in cut)
-
-
-def _replace(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.rocmpatch-tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)

@@ -1,6 +1,6 @@
 """Stage 3, ops: the torch-native replacements of the series, on the device, against an fp32 reference.
 
-Each check builds the module the way Megatron does, with fusion requested (so a tree without the
+Each check (op_checks.py) builds the module the way Megatron does, with fusion requested (so a tree without the
 series reaches for the *_cuda extension and fails here), runs forward and backward in each dtype and
 compares with a plain fp32 computation. Errors are max|out - ref| / max|ref|; the stage reports the
 worst. Only checks whose module exists in the target run (a core-only tree has no megatron/model).
@@ -16,9 +16,10 @@ import socket
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, put_target_first, stage_main, target_files
+from rocmpatch.smoke.op_checks import Check, OutOfTolerance, checks
 
 # Normalized max error allowed per dtype (fp32: accumulation order; 16-bit: one rounding of the output).
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
@@ -42,10 +43,6 @@ class Case:
         return data
 
 
-class OutOfTolerance(Exception):
-    pass
-
-
 def normalized_error(out, ref) -> float:
     out, ref = out.detach().float(), ref.detach().float()
     if not bool(out.isfinite().all()):
@@ -57,265 +54,6 @@ def worst(pairs) -> tuple[float, str]:
     """max error over (name, out, ref) triples, with the name of the worst one."""
     errors = [(normalized_error(out, ref), name) for name, out, ref in pairs]
     return max(errors)
-
-
-# --- the checks: each returns [(what, output, reference), ...] for one device and dtype -------------
-
-def _softmax_inputs(torch, device, dtype, b=2, heads=4, sq=64, sk=64):
-    generator = torch.Generator().manual_seed(1234)
-    scores = (torch.randn(b, heads, sq, sk, generator=generator) * 4).to(device=device, dtype=dtype)
-    grad = torch.randn(b, heads, sq, sk, generator=generator).to(device)
-    causal = torch.triu(torch.ones(sq, sk, dtype=torch.bool), diagonal=1).to(device).view(1, 1, sq, sk)
-    padding = torch.rand(b, 1, sq, sk, generator=generator) < 0.3
-    padding[..., 0] = False  # no row fully masked
-    return scores, grad, causal, padding.to(device)
-
-
-def _softmax_reference(torch, scores, mask, scale, grad):
-    x = scores.detach().float().requires_grad_()
-    y = x * scale
-    if mask is not None:
-        y = y.masked_fill(mask, -10000.0)
-    probs = torch.softmax(y, dim=-1)
-    (probs * grad).sum().backward()
-    return probs, x.grad
-
-
-def _run_softmax(torch, module_name: str, enums_module: str, variant: str, device, dtype):
-    import importlib
-
-    softmax_module = importlib.import_module(module_name)
-    mask_type = importlib.import_module(enums_module).AttnMaskType
-    scores, grad, causal, padding = _softmax_inputs(torch, device, dtype)
-    scale = 0.5
-    mask_given = {"causal": causal, "causal-no-mask": None, "padding": padding, "no-mask": None}[variant]
-    kind = mask_type.causal if variant.startswith("causal") else mask_type.padding
-
-    def mask_func(scores_, mask_):
-        return scores_.masked_fill(mask_, -10000.0)
-
-    layer = softmax_module.FusedScaleMaskSoftmax(
-        dtype == torch.float16, dtype == torch.bfloat16, kind, True, mask_func,
-        True, scale)  # scaled_masked_softmax_fusion=True, softmax_in_fp32=True
-    x = scores.detach().clone().requires_grad_()
-    probs = layer(x, mask_given)
-    (probs.float() * grad).sum().backward()
-    reference_mask = causal if variant.startswith("causal") else mask_given
-    ref_probs, ref_grad = _softmax_reference(torch, scores, reference_mask, scale, grad)
-    if probs.dtype != dtype:
-        raise OutOfTolerance(f"output dtype {probs.dtype}, expected {dtype}")
-    return [("forward", probs, ref_probs), ("backward", x.grad, ref_grad)]
-
-
-def _config(torch, **overrides):
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    values = dict(num_layers=1, hidden_size=1024, num_attention_heads=8, persist_layer_norm=True)
-    values.update(overrides)
-    return TransformerConfig(**values)
-
-
-def _norm_reference(torch, x, weight, bias, eps, rms: bool, grad):
-    xs = x.detach().float().requires_grad_()
-    w = weight.detach().float().requires_grad_()
-    b = bias.detach().float().requires_grad_() if bias is not None else None
-    if rms:
-        y = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * w
-    else:
-        y = torch.nn.functional.layer_norm(xs, xs.shape[-1:], w, b, eps)
-    (y * grad).sum().backward()
-    return y, xs.grad, w.grad, (b.grad if b is not None else None)
-
-
-def _run_norm(torch, build: Callable, zero_centered: bool, rms: bool, device, dtype):
-    generator = torch.Generator().manual_seed(99)
-    hidden = 1024
-    layer = build(hidden).to(device=device, dtype=dtype)
-    with torch.no_grad():
-        layer.weight.copy_(torch.randn(hidden, generator=generator) * 0.1 + (0.0 if zero_centered else 1.0))
-        if getattr(layer, "bias", None) is not None:
-            layer.bias.copy_(torch.randn(hidden, generator=generator) * 0.1)
-    if not getattr(layer.weight, "sequence_parallel", None) in (True, False):
-        raise OutOfTolerance("weight lost its sequence_parallel attribute")
-    x = (torch.randn(16, 2, hidden, generator=generator) * 3 + 1).to(device=device, dtype=dtype).requires_grad_()
-    grad = torch.randn(16, 2, hidden, generator=generator).to(device)
-    out = layer(x)
-    (out.float() * grad).sum().backward()
-    effective = layer.weight.detach().float() + (1.0 if zero_centered else 0.0)
-    bias = getattr(layer, "bias", None)
-    ref, ref_dx, ref_dw, ref_db = _norm_reference(torch, x, effective, bias, layer.eps, rms, grad)
-    pairs = [("forward", out, ref), ("backward input", x.grad, ref_dx), ("backward weight", layer.weight.grad, ref_dw)]
-    if ref_db is not None:
-        pairs.append(("backward bias", layer.bias.grad, ref_db))
-    return pairs
-
-
-def _core_norm(torch, normalization: str, zero_centered: bool):
-    def build(hidden):
-        from megatron.core.fusions.fused_layer_norm import FusedLayerNorm
-
-        config = _config(torch, normalization=normalization, layernorm_zero_centered_gamma=zero_centered)
-        return FusedLayerNorm(config, hidden, eps=1e-5, persist_layer_norm=True,
-                              zero_centered_gamma=zero_centered, normalization=normalization)
-    return build
-
-
-def _legacy_norm(zero_centered: bool):
-    def build(hidden):
-        from megatron.model.fused_layer_norm import MixedFusedLayerNorm
-
-        return MixedFusedLayerNorm(hidden, eps=1e-5, no_persist_layer_norm=False,
-                                   sequence_parallel=False, apply_layernorm_1p=zero_centered)
-    return build
-
-
-def _rope_freqs(torch, seq, dim, device):
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
-    freqs = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inv_freq)
-    return torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # [s, 1, 1, d]
-
-
-def _run_rope_apply(torch, device, dtype):
-    from megatron.core.models.common.embeddings.rotary_pos_embedding import apply_rotary_pos_emb
-
-    generator = torch.Generator().manual_seed(7)
-    seq, batch, heads, dim = 32, 2, 4, 64
-    t = torch.randn(seq, batch, heads, dim, generator=generator).to(device=device, dtype=dtype).requires_grad_()
-    grad = torch.randn(seq, batch, heads, dim, generator=generator).to(device)
-    freqs = _rope_freqs(torch, seq, dim, device)
-    config = _config(torch, hidden_size=heads * dim, num_attention_heads=heads, apply_rope_fusion=True)
-    out = apply_rotary_pos_emb(t, freqs, config=config)
-    (out.float() * grad).sum().backward()
-    ts = t.detach().float().requires_grad_()
-    half = dim // 2
-    rotated = torch.cat((-ts[..., half:], ts[..., :half]), dim=-1)
-    ref = ts * freqs.cos() + rotated * freqs.sin()
-    (ref * grad).sum().backward()
-    return [("forward", out, ref), ("backward", t.grad, ts.grad)]
-
-
-def _run_rope_embedding(torch, device, dtype):
-    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
-
-    embedding = RotaryEmbedding(kv_channels=64, rotary_percent=1.0)
-    freqs = embedding(32)
-    return [("frequencies", freqs, _rope_freqs(torch, 32, 64, freqs.device))]
-
-
-def _params(torch, device, count=4, seed=5):
-    generator = torch.Generator().manual_seed(seed)
-    shapes = [(64, 32), (32,), (128, 64), (7,)][:count]
-    return [torch.randn(*s, generator=generator).to(device) for s in shapes], generator
-
-
-def _run_optimizer(torch, kind: str, device, dtype):
-    import megatron.optimizer as megatron_optimizer
-
-    values, generator = _params(torch, device)
-    ours = [torch.nn.Parameter(v.clone()) for v in values]
-    theirs = [torch.nn.Parameter(v.clone()) for v in values]
-    if kind == "Adam":  # as get_megatron_optimizer builds it; apex FusedAdam was AdamW
-        optimizer = megatron_optimizer.Adam(ours, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8)
-        reference = torch.optim.AdamW(theirs, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8, foreach=False)
-    else:
-        optimizer = megatron_optimizer.SGD(ours, lr=1e-2, weight_decay=0.1, momentum=0.9)
-        reference = torch.optim.SGD(theirs, lr=1e-2, weight_decay=0.1, momentum=0.9, foreach=False)
-    for _ in range(3):
-        for a, b in zip(ours, theirs):
-            g = torch.randn(a.shape, generator=generator).to(device)
-            a.grad, b.grad = g.clone(), g.clone()
-        optimizer.step()
-        reference.step()
-    return [(f"param {i}", a, b) for i, (a, b) in enumerate(zip(ours, theirs))]
-
-
-def _run_clip(torch, device, dtype):
-    from megatron.optimizer.clip_grads import clip_grad_norm_fp32
-
-    values, generator = _params(torch, device)
-    ours = [torch.nn.Parameter(v.clone()) for v in values]
-    theirs = [torch.nn.Parameter(v.clone()) for v in values]
-    for a, b in zip(ours, theirs):
-        g = torch.randn(a.shape, generator=generator).to(device) * 3
-        a.grad, b.grad = g.clone(), g.clone()
-    norm = clip_grad_norm_fp32(ours, [p.grad for p in ours], 1.0, False)
-    ref_norm = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
-    pairs = [("norm", torch.tensor([float(norm)]), ref_norm.reshape(1).cpu())]
-    return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
-
-
-def _run_grad_accum_linear(torch, api: str, device, dtype):
-    """A linear layer with gradient-accumulation fusion requested (Megatron's default): without apex's
-    fused_weight_gradient_mlp_cuda the series falls back to the unfused weight-gradient GEMM."""
-    from megatron.core.model_parallel_config import ModelParallelConfig
-    from megatron.core.tensor_parallel import layers
-
-    generator = torch.Generator().manual_seed(11)
-    x = torch.randn(8, 2, 64, generator=generator).to(device=device, dtype=dtype).requires_grad_()
-    grad = torch.randn(8, 2, 96, generator=generator).to(device)
-    if api == "ColumnParallelLinear":
-        config = ModelParallelConfig(params_dtype=dtype, use_cpu_initialization=device.type == "cpu",
-                                     gradient_accumulation_fusion=True)
-        layer = layers.ColumnParallelLinear(64, 96, config=config, bias=True,
-                                            init_method=lambda w: torch.nn.init.normal_(w, std=0.1))
-        weight, bias = layer.weight, layer.bias
-        out, _ = layer(x)
-    else:  # what the legacy language model calls directly for its output layer
-        weight = torch.nn.Parameter((torch.randn(96, 64, generator=generator) * 0.1).to(device=device, dtype=dtype))
-        bias = torch.nn.Parameter((torch.randn(96, generator=generator) * 0.1).to(device=device, dtype=dtype))
-        out = layers.linear_with_grad_accumulation_and_async_allreduce(x, weight, bias, True, False, False)
-    (out.float() * grad).sum().backward()
-    xs, ws, bs = (t.detach().float().requires_grad_() for t in (x, weight, bias))
-    ref = torch.nn.functional.linear(xs, ws, bs)
-    (ref * grad).sum().backward()
-    if weight.grad is None:
-        raise OutOfTolerance("no weight gradient: the fused path was taken without a main_grad to fill")
-    return [("forward", out, ref), ("backward input", x.grad, xs.grad), ("backward weight", weight.grad, ws.grad),
-            ("backward bias", bias.grad, bs.grad)]
-
-
-@dataclass
-class Check:
-    name: str
-    module_path: str  # repository path of the code under test: decides availability and blame
-    run: Callable  # (torch, device, dtype) -> [(what, out, ref)]
-    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
-
-
-def checks() -> list[Check]:
-    core_softmax = "megatron/core/fusions/fused_softmax.py"
-    legacy_softmax = "megatron/model/fused_softmax.py"
-    result = []
-    for variant in ("causal", "causal-no-mask", "padding", "no-mask"):
-        result.append(Check(f"core softmax {variant}", core_softmax,
-                            lambda t, d, x, v=variant: _run_softmax(
-                                t, "megatron.core.fusions.fused_softmax", "megatron.core.transformer.enums", v, d, x)))
-    for variant in ("causal", "padding", "no-mask"):
-        result.append(Check(f"legacy softmax {variant}", legacy_softmax,
-                            lambda t, d, x, v=variant: _run_softmax(
-                                t, "megatron.model.fused_softmax", "megatron.model.enums", v, d, x)))
-    core_norm = "megatron/core/fusions/fused_layer_norm.py"
-    for zero in (False, True):
-        suffix = " zero-centered" if zero else ""
-        result.append(Check(f"core LayerNorm{suffix}", core_norm,
-                            lambda t, d, x, z=zero: _run_norm(t, _core_norm(t, "LayerNorm", z), z, False, d, x)))
-        result.append(Check(f"legacy LayerNorm{suffix}", "megatron/model/fused_layer_norm.py",
-                            lambda t, d, x, z=zero: _run_norm(t, _legacy_norm(z), z, False, d, x)))
-    result.append(Check("core RMSNorm", core_norm,
-                        lambda t, d, x: _run_norm(t, _core_norm(t, "RMSNorm", False), False, True, d, x)))
-    rope = "megatron/core/models/common/embeddings/rotary_pos_embedding.py"
-    result.append(Check("RoPE apply", rope, _run_rope_apply))
-    result.append(Check("RoPE frequencies", rope, _run_rope_embedding, dtypes=("float32",)))
-    result.append(Check("optimizer Adam step", "megatron/optimizer/__init__.py",
-                        lambda t, d, x: _run_optimizer(t, "Adam", d, x), dtypes=("float32",)))
-    result.append(Check("optimizer SGD step", "megatron/optimizer/__init__.py",
-                        lambda t, d, x: _run_optimizer(t, "SGD", d, x), dtypes=("float32",)))
-    for api in ("ColumnParallelLinear", "linear_with_grad_accumulation"):
-        result.append(Check(f"grad-accum fusion {api}", "megatron/core/tensor_parallel/layers.py",
-                            lambda t, d, x, a=api: _run_grad_accum_linear(t, a, d, x)))
-    result.append(Check("grad-norm clipping", "megatron/optimizer/clip_grads.py", _run_clip,
-                        dtypes=("float32",)))
-    return result
 
 
 def unsupported_here(exc: BaseException, target: str) -> str | None:
