@@ -41,6 +41,12 @@ class CheckFailed(RocmpatchError):
     exit_code = ExitCode.CHECK_FAILED
 
 
+class UsageError(RocmpatchError):
+    """Options that parse but do not fit together (Click reports the others with the same code)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class InvalidInput(RocmpatchError):
     """Bad content in a file we read. `where` is 'path', 'path:line' or 'path: key'."""
 

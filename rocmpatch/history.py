@@ -48,8 +48,8 @@ def read(repo: git.Repo) -> History:
         if NAME_TRAILER not in trailers or SHA_TRAILER not in trailers:
             break
         applied.append(AppliedPatch(trailers[NAME_TRAILER], trailers[SHA_TRAILER], commit))
-        parents = repo.commit(commit).parents
-        commit = parents[0].hexsha if len(parents) == 1 else None
+        parents = gitcmd.commit_parents(repo, commit)
+        commit = parents[0] if len(parents) == 1 else None
     return History(head, commit, tuple(reversed(applied)))
 
 

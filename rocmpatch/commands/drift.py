@@ -6,7 +6,7 @@ from rich.table import Table
 
 from rocmpatch import drift, series, store
 from rocmpatch.console import emit_json, note, out
-from rocmpatch.errors import ExitCode, InvalidInput
+from rocmpatch.errors import ExitCode, UsageError
 
 
 def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None) -> ExitCode:
@@ -28,12 +28,12 @@ def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, s
 
 def _endpoints(pin: str, ref: str | None, span: str | None) -> tuple[str, str]:
     if ref and span:
-        raise InvalidInput("--range", "give --ref or --range, not both")
+        raise UsageError("give --ref or --range, not both")
     if span is None:
         return pin, ref or "main"
     start, dots, end = span.partition("..")
     if not dots or not start or not end or end.startswith("."):
-        raise InvalidInput("--range", f"expected A..B, got {span!r}", hint="for example --range core_v0.5.0..main")
+        raise UsageError(f"--range: expected A..B, got {span!r}", hint="for example --range core_v0.5.0..main")
     return start, end
 
 

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from rocmpatch import locking, rebase, series, store
 from rocmpatch.console import err, out
-from rocmpatch.errors import CheckFailed, ExitCode, InvalidInput
+from rocmpatch.errors import CheckFailed, ExitCode, UsageError
 from rocmpatch.files import replace_file
 from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
 
@@ -16,7 +16,7 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     location = series.locate(series_dir)
     project = location.lock_path.parent
     if [bool(onto), resume, abort].count(True) != 1:
-        raise InvalidInput("rocmpatch rebase", "give exactly one of --onto REF, --continue or --abort")
+        raise UsageError("rocmpatch rebase: give exactly one of --onto REF, --continue or --abort")
     if abort:
         directory = rebase.abort(project)
         out.print(f"rebase aborted: removed {directory}; the series and upstream.lock are as they were", markup=False)

@@ -37,6 +37,10 @@ def commit_trailers(repo: git.Repo, commit: str) -> dict[str, str]:
     return {key: values[-1] for key, values in repo.commit(commit).trailers_dict.items()}
 
 
+def commit_parents(repo: git.Repo, commit: str) -> list[str]:
+    return [parent.hexsha for parent in repo.commit(commit).parents]
+
+
 def commit_date(repo: git.Repo, commit: str) -> datetime.datetime:
     return repo.commit(commit).committed_datetime
 

@@ -50,5 +50,5 @@ def test_range_and_table(setup):
 
 def test_ref_and_range_together_are_refused(setup):
     result = drift(setup, "--ref", "main", "--range", "v1.0..main")
-    assert result.exit_code == 3
+    assert result.exit_code == 2
     assert "--range" in result.output

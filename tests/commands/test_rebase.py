@@ -64,5 +64,5 @@ def test_abort_changes_nothing(history):
 
 
 def test_exactly_one_action(history):
-    assert invoke(history).exit_code == 3
-    assert invoke(history, "--onto", "main", "--abort").exit_code == 3
+    assert invoke(history).exit_code == 2
+    assert invoke(history, "--onto", "main", "--abort").exit_code == 2
