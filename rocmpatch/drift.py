@@ -175,8 +175,8 @@ def _find_block(lines: list[str], block: tuple[str, ...], start: int) -> int:
 def run_drift(repo: git.Repo, patches: list[Patch], from_rev: str, to_rev: str, *, to_ref: str | None = None) -> DriftReport:
     """Walk TO's first-parent line from merge-base(FROM, TO); see the module docstring."""
     started = time.monotonic()
-    from_commit = _resolve(repo, from_rev)
-    to = gitcmd.commit_info(repo, _resolve(repo, to_rev))
+    from_commit = _require(repo, from_rev)
+    to = gitcmd.commit_info(repo, _require(repo, to_rev))
     base = gitcmd.merge_base(repo, from_commit, to.id)
     if base is None:
         raise UpstreamError(f"{from_rev} and {to_rev} share no history", hint="is the upstream URL right?")
@@ -256,8 +256,5 @@ def _summarize(repo: git.Repo, patch: Patch, stretch: _Stretch, at_from: str, at
     return result
 
 
-def _resolve(repo: git.Repo, rev: str) -> str:
-    commit = gitcmd.resolve_commit(repo, rev)
-    if commit is None:
-        raise UpstreamError(f"upstream has no commit {rev!r}", hint="fetch it into the mirror, or check --ref / --range")
-    return commit
+def _require(repo: git.Repo, rev: str) -> str:
+    return gitcmd.require_commit(repo, rev, where="upstream", hint="fetch it into the mirror, or check --ref / --range")

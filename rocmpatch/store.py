@@ -172,7 +172,4 @@ def history_repo(url: str, revs: list[str]) -> tuple[git.Repo, dict[str, str]]:
 
 
 def _resolved(repo: git.Repo, rev: str, url: str) -> str:
-    commit = gitcmd.resolve_commit(repo, rev)
-    if commit is None:
-        raise UpstreamError(f"{url} has no commit {rev!r}", hint="update the mirror, or check --ref / --range / --onto")
-    return commit
+    return gitcmd.require_commit(repo, rev, where=url, hint="update the mirror, or check --ref / --range / --onto")

@@ -14,6 +14,7 @@ from rocmpatch.gitcmd.core import (
     init_repo,
     open_repo,
     require_git,
+    require_commit,
     resolve_commit,
     run,
     run_bytes,
@@ -83,6 +84,7 @@ __all__ = [
     "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "init_borrowing_repo",
     "init_repo", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree",
     "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git",
+    "require_commit",
     "resolve_commit", "run", "run_bytes", "scrub_git_environment", "tree_of", "update_ref", "worktree_tree",
     "write_blob", "write_tree",
 ]

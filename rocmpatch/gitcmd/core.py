@@ -91,6 +91,14 @@ def resolve_commit(repo: git.Repo, rev: str) -> str | None:
         return None
 
 
+def require_commit(repo: git.Repo, rev: str, *, where: str, hint: str) -> str:
+    """The full commit id `rev` names, or UpstreamError saying `where` lacks it."""
+    commit = resolve_commit(repo, rev)
+    if commit is None:
+        raise UpstreamError(f"{where} has no commit {rev!r}", hint=hint)
+    return commit
+
+
 def tree_of(repo: git.Repo, commit: str) -> str:
     return repo.commit(commit).tree.hexsha
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import git
@@ -42,16 +43,12 @@ def fetch_commit(repo: git.Repo, url: str, commit: str, *, depth: int | None = 1
     if depth:
         args += ["--depth", str(depth)]
     args += ["--", url, commit]
-    try:
+    with _fetch_errors(commit, url, hint="check --upstream-url / ROCMPATCH_UPSTREAM_URL, or your network"):
         if progress is None:
             repo.git.execute(["git", *args])
         else:
             process = repo.git.execute(["git", *args], as_process=True)
             _stream_progress(process, progress)
-    except GitCommandNotFound:
-        raise _git_missing() from None
-    except GitCommandError as exc:
-        raise UpstreamError(f"could not fetch {commit} from {url}: {_last_line(exc.stderr)}", hint="check --upstream-url / ROCMPATCH_UPSTREAM_URL, or your network") from None
 
 
 def _stream_progress(process, progress) -> None:
@@ -78,10 +75,17 @@ def _stream_progress(process, progress) -> None:
 def fetch_ref(repo: git.Repo, url: str, ref: str, local_ref: str) -> str:
     """Fetch `ref` (branch, tag or commit id) from url with its full history into local_ref."""
     check_url(url)
-    try:
+    with _fetch_errors(ref, url, hint="check --ref / --range / --onto and --upstream-url"):
         repo.git.execute(["git", "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", url, f"+{ref}:{local_ref}"])
+    return run(repo, "rev-parse", f"{local_ref}^{{commit}}")
+
+
+@contextmanager
+def _fetch_errors(what: str, url: str, *, hint: str):
+    """git missing, or a failed fetch, as one clear line."""
+    try:
+        yield
     except GitCommandNotFound:
         raise _git_missing() from None
     except GitCommandError as exc:
-        raise UpstreamError(f"could not fetch {ref} from {url}: {_last_line(exc.stderr)}", hint="check --ref / --range / --onto and --upstream-url") from None
-    return run(repo, "rev-parse", f"{local_ref}^{{commit}}")
+        raise UpstreamError(f"could not fetch {what} from {url}: {_last_line(exc.stderr)}", hint=hint) from None
