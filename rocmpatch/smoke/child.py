@@ -44,18 +44,27 @@ def put_target_first(target: str) -> None:
     sys.path[:] = [target] + [p for p in sys.path if p not in ("", ".", target)]
 
 
+def target_root(target: str | Path) -> str:
+    return os.path.realpath(target) + os.sep
+
+
+def in_target(filename: str, root: str) -> str | None:
+    """`filename` relative to the target whose target_root is `root`, or None when outside it
+    (or a pseudo-file such as <frozen importlib._bootstrap> or <string>)."""
+    if filename.startswith("<"):
+        return None
+    path = os.path.realpath(filename)
+    return Path(path[len(root):]).as_posix() if path.startswith(root) else None
+
+
 def target_files(tb, target: str) -> list[str]:
     """Paths relative to the target of the traceback's frames inside it, innermost first."""
-    root = os.path.realpath(target) + os.sep
+    root = target_root(target)
     seen: list[str] = []
     for frame in reversed(traceback.extract_tb(tb)):
-        if frame.filename.startswith("<"):  # <frozen importlib._bootstrap>, <string>
-            continue
-        path = os.path.realpath(frame.filename)
-        if path.startswith(root):
-            rel = Path(path[len(root):]).as_posix()
-            if rel not in seen:
-                seen.append(rel)
+        rel = in_target(frame.filename, root)
+        if rel is not None and rel not in seen:
+            seen.append(rel)
     return seen
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import StageFailure, describe, is_nvidia_only, put_target_first, stage_main, target_files
+from rocmpatch.smoke.child import (
+    StageFailure, describe, in_target, is_nvidia_only, put_target_first, stage_main, target_files, target_root,
+)
 
 CORE_MODULES = (
     "megatron.core",
@@ -78,7 +79,7 @@ class NvidiaImportWatcher:
     """A meta-path finder that only watches: who in the target asked for an NVIDIA-only module."""
 
     def __init__(self, target: str) -> None:
-        self.root = os.path.realpath(target) + os.sep
+        self.root = target_root(target)
         self.requested: dict[str, str] = {}  # module -> first target file that imported it
 
     def find_spec(self, name, path=None, target=None):  # noqa: ARG002 - finder protocol
@@ -89,23 +90,22 @@ class NvidiaImportWatcher:
     def _importer(self) -> str | None:
         frame = sys._getframe(1)
         while frame is not None:
-            name = frame.f_code.co_filename
-            path = os.path.realpath(name)
-            if not name.startswith("<") and path.startswith(self.root):  # not <frozen importlib._bootstrap>
-                return Path(path[len(self.root):]).as_posix()
+            rel = in_target(frame.f_code.co_filename, self.root)
+            if rel is not None:
+                return rel
             frame = frame.f_back
         return None
 
 
 def outside_target(target: Path) -> list[str]:
     """Imported megatron modules whose file is not in the target (shadowed by an installed package)."""
-    root = os.path.realpath(target) + os.sep
+    root = target_root(target)
     wrong = []
     for name, module in list(sys.modules.items()):
         if name == "megatron" or name.startswith("megatron."):
             paths = [getattr(module, "__file__", None)] + list(getattr(module, "__path__", []) or [])
             paths = [p for p in paths if p]
-            if paths and not any(os.path.realpath(p).startswith(root) for p in paths):
+            if paths and all(in_target(p, root) is None for p in paths):
                 wrong.append(f"{name} from {paths[0]}")
     return wrong
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, put_target_first, stage_main, target_files
+from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, in_target, put_target_first, stage_main, target_files, target_root
 from rocmpatch.smoke.op_checks import Check, OutOfTolerance, checks
 
 # Normalized max error allowed per dtype (fp32: accumulation order; 16-bit: one rounding of the output).
@@ -61,8 +61,8 @@ def unsupported_here(exc: BaseException, target: str) -> str | None:
     text = str(exc)
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
     last = frames[-1] if frames else None
-    root = os.path.realpath(target) + os.sep
-    inside = [f for f in frames if os.path.realpath(f.filename).startswith(root)]
+    root = target_root(target)
+    inside = [f for f in frames if in_target(f.filename, root) is not None]
     spot = inside[-1] if inside else last
     where = (f"{os.path.relpath(os.path.realpath(spot.filename), root)}:{spot.lineno}" if spot else "?")
     if any(message in text for message in CUDA_ONLY_MESSAGES):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, is_nvidia_only, stage_main
+from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 
 
@@ -100,15 +100,16 @@ def error_line(lines: list[str]) -> str | None:
 def traceback_culprits(lines: list[str], target: str) -> tuple[list[str], str | None]:
     """Target files in the last traceback of a worker's output that goes through the target
     (innermost first; torchrun's own traceback comes after it), and a missing module."""
-    root = os.path.realpath(target) + os.sep
+    root = target_root(target)
     blocks: list[list[str]] = [[]]
     missing = None
     for line in lines:
         if "Traceback (most recent call last)" in line:
             blocks.append([])
         found = TRACE_FILE.search(line)
-        if found and not found.group(1).startswith("<") and os.path.realpath(found.group(1)).startswith(root):
-            blocks[-1].append(os.path.relpath(os.path.realpath(found.group(1)), root))
+        rel = in_target(found.group(1), root) if found else None
+        if rel is not None:
+            blocks[-1].append(rel)
         gone = MISSING.search(line)
         if gone:
             missing = gone.group(1)
