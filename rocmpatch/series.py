@@ -120,7 +120,7 @@ def _load_patch(series: Series, entry: SeriesEntry) -> LoadedPatch:
     try:
         data = path.read_bytes()  # bytes, never text mode: text mode would eat \r
     except FileNotFoundError:
-        raise InvalidInput(path, f"patch file of {entry.name!r} not found", hint=f"series.yaml names it; add the file or fix series[].file") from None
+        raise InvalidInput(path, f"patch file of {entry.name!r} not found", hint="series.yaml names it; add the file or fix series[].file") from None
     return loaded_patch(entry, data, path)
 
 

@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import fcntl
 import subprocess
 import sys
 
-import pytest
 
 from rocmpatch import gitcmd, history
 from rocmpatch.errors import ExitCode
 from tests.cli_process import run_rocmpatch
-from tests.fixtures import MODULE_A, commit_all, make_series, write_lock
+from tests.fixtures import make_series, write_lock
 
 PATCHED_A3 = "return 33  # rocm\n"
 
