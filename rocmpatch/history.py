@@ -44,11 +44,10 @@ def read(repo: git.Repo) -> History:
     applied: list[AppliedPatch] = []
     commit = head
     while commit is not None:
-        trailers = gitcmd.commit_trailers(repo, commit)
+        trailers, parents = gitcmd.commit_links(repo, commit)
         if NAME_TRAILER not in trailers or SHA_TRAILER not in trailers:
             break
         applied.append(AppliedPatch(trailers[NAME_TRAILER], trailers[SHA_TRAILER], commit))
-        parents = gitcmd.commit_parents(repo, commit)
         commit = parents[0] if len(parents) == 1 else None
     return History(head, commit, tuple(reversed(applied)))
 

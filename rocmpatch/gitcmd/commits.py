@@ -32,13 +32,12 @@ def commit_tree(repo: git.Repo, tree: str, parent: str, message: str, identity: 
     )
 
 
-def commit_trailers(repo: git.Repo, commit: str) -> dict[str, str]:
-    """The commit message's trailers; the last value wins for a repeated key."""
-    return {key: values[-1] for key, values in repo.commit(commit).trailers_dict.items()}
-
-
-def commit_parents(repo: git.Repo, commit: str) -> list[str]:
-    return [parent.hexsha for parent in repo.commit(commit).parents]
+def commit_links(repo: git.Repo, commit: str) -> tuple[dict[str, str], list[str]]:
+    """A commit's trailers (the last value wins for a repeated key) and its parents' ids, from
+    one read of the commit object."""
+    parsed = repo.commit(commit)
+    trailers = {key: values[-1] for key, values in parsed.trailers_dict.items()}
+    return trailers, [parent.hexsha for parent in parsed.parents]
 
 
 def commit_date(repo: git.Repo, commit: str) -> datetime.datetime:
