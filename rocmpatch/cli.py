@@ -31,7 +31,12 @@ UpstreamUrlOption = Annotated[
 SeriesDirOption = Annotated[
     Optional[Path],
     typer.Option("--series-dir", envvar="ROCMPATCH_SERIES_DIR", show_envvar=True, metavar="DIR",
-                 help="The series directory (series.yaml + patches); its lock is DIR/../upstream.lock. Default: the checkout's or the bundled patchsets/."),
+                 help="patchsets/ (one folder per release) or one release's folder in it; the lock is upstream.lock beside patchsets/. Default: the checkout's or the bundled patchsets/."),
+]
+ReleaseOption = Annotated[
+    Optional[str],
+    typer.Option("--release", "-r", envvar="ROCMPATCH_RELEASE", show_envvar=True, metavar="NAME",
+                 help="The release (a folder in patchsets/, e.g. core_v0.19.0). Default: an existing target's own release, else the newest in upstream.lock."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (format in docs/commands.md).")]
 
@@ -59,11 +64,11 @@ def _main(
 
 
 @app.command()
-def fetch(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None) -> None:
+def fetch(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None, release: ReleaseOption = None) -> None:
     """Bring the pinned upstream commit into the local cache (a shallow fetch of exactly that commit)."""
     from rocmpatch.commands.fetch import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release)
 
 
 @app.command()
@@ -71,48 +76,50 @@ def apply(
     target: TargetOption,
     upstream_url: UpstreamUrlOption = None,
     series_dir: SeriesDirOption = None,
+    release: ReleaseOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check that the series applies and say what would change; change nothing.")] = False,
 ) -> None:
     """Make TARGET the pinned commit plus the whole series: create it, or apply what is missing."""
     from rocmpatch.commands.apply import run
 
-    _run(run, target=target, upstream_url=upstream_url, series_dir=series_dir, dry_run=dry_run)
+    _run(run, target=target, upstream_url=upstream_url, series_dir=series_dir, release=release, dry_run=dry_run)
 
 
 @app.command()
-def verify(target: TargetOption, series_dir: SeriesDirOption = None, json: JsonOption = False, upstream_url: UpstreamUrlOption = None) -> None:
+def verify(target: TargetOption, series_dir: SeriesDirOption = None, release: ReleaseOption = None, json: JsonOption = False, upstream_url: UpstreamUrlOption = None) -> None:
     """Exit 0 only if TARGET is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run
 
-    _run(run, target=target, series_dir=series_dir, as_json=json, upstream_url=upstream_url)
+    _run(run, target=target, series_dir=series_dir, release=release, as_json=json, upstream_url=upstream_url)
 
 
 @app.command()
-def status(target: TargetOption, series_dir: SeriesDirOption = None, json: JsonOption = False) -> None:
+def status(target: TargetOption, series_dir: SeriesDirOption = None, release: ReleaseOption = None, json: JsonOption = False) -> None:
     """Show each patch of the series as applied, not applied or conflicting, with its files."""
     from rocmpatch.commands.status import run
 
-    _run(run, target=target, series_dir=series_dir, as_json=json)
+    _run(run, target=target, series_dir=series_dir, release=release, as_json=json)
 
 
 @app.command()
 def unapply(
     target: TargetOption,
     series_dir: SeriesDirOption = None,
+    release: ReleaseOption = None,
     force: Annotated[bool, typer.Option("--force", help="Save uncommitted edits as a patch file (path printed), then unapply.")] = False,
 ) -> None:
     """Take TARGET back to the pristine pinned commit."""
     from rocmpatch.commands.unapply import run
 
-    _run(run, target=target, series_dir=series_dir, force=force)
+    _run(run, target=target, series_dir=series_dir, release=release, force=force)
 
 
 @app.command()
-def check(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None, json: JsonOption = False) -> None:
-    """Apply the series to the pinned commit in memory (no working tree) and report each patch."""
+def check(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None, release: ReleaseOption = None, json: JsonOption = False) -> None:
+    """Apply each release's series (or --release's) to its pinned commit in memory and report each patch."""
     from rocmpatch.commands.check import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir, as_json=json)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, as_json=json)
 
 
 @app.command()
@@ -120,20 +127,22 @@ def lock(
     check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 when upstream.lock is stale.")] = False,
     upstream_url: UpstreamUrlOption = None,
     series_dir: SeriesDirOption = None,
+    release: ReleaseOption = None,
     url: Annotated[Optional[str], typer.Option("--url", help="Re-pin: the upstream URL to record.")] = None,
     ref: Annotated[Optional[str], typer.Option("--ref", help="Re-pin: the tag or branch name to record.")] = None,
     commit: Annotated[Optional[str], typer.Option("--commit", help="Re-pin: the full 40-hex commit id.")] = None,
 ) -> None:
-    """Regenerate upstream.lock from series.yaml, the patch files and the pinned upstream."""
+    """Regenerate upstream.lock (every release, or --release's entry) from series.yaml, the patch files and the pinned upstream."""
     from rocmpatch.commands.lock import run
 
-    _run(run, check=check, upstream_url=upstream_url, series_dir=series_dir, url=url, ref=ref, commit=commit)
+    _run(run, check=check, upstream_url=upstream_url, series_dir=series_dir, release=release, url=url, ref=ref, commit=commit)
 
 
 @app.command()
 def drift(
     upstream_url: UpstreamUrlOption = None,
     series_dir: SeriesDirOption = None,
+    release: ReleaseOption = None,
     ref: Annotated[Optional[str], typer.Option("--ref", help="Walk from the pin to this upstream branch, tag or commit [default: main].")] = None,
     span: Annotated[Optional[str], typer.Option("--range", metavar="A..B", help="Walk from A to B instead of from the pin to --ref.")] = None,
     json: JsonOption = False,
@@ -142,7 +151,7 @@ def drift(
     """Name, per patch, the first upstream commit after the pin that breaks it (exit 1 if any breaks at the tip)."""
     from rocmpatch.commands.drift import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir, ref=ref, span=span, as_json=json, markdown=markdown)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, ref=ref, span=span, as_json=json, markdown=markdown)
 
 
 @app.command()
@@ -150,13 +159,15 @@ def rebase(
     onto: Annotated[Optional[str], typer.Option("--onto", metavar="REF", help="The upstream branch, tag or commit to carry the series to.")] = None,
     resume: Annotated[bool, typer.Option("--continue", help="Go on after resolving a conflict in the rebase worktree.")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Give up the stopped rebase; nothing of the project changes.")] = False,
+    into: Annotated[Optional[str], typer.Option("--into", metavar="NEW_RELEASE", help="Write the carried series as a new release (new folder in patchsets/, new lock entry) instead of rewriting --release's.")] = None,
     upstream_url: UpstreamUrlOption = None,
     series_dir: SeriesDirOption = None,
+    release: ReleaseOption = None,
 ) -> None:
-    """Carry the series to a newer upstream with a 3-way merge per patch; rewrite the patches and upstream.lock."""
+    """Carry a release's series to a newer upstream with a 3-way merge per patch; rewrite it, or start a new release with --into."""
     from rocmpatch.commands.rebase import run
 
-    _run(run, onto=onto, resume=resume, abort=abort, upstream_url=upstream_url, series_dir=series_dir)
+    _run(run, onto=onto, resume=resume, abort=abort, into=into, upstream_url=upstream_url, series_dir=series_dir, release=release)
 
 
 @app.command()
@@ -167,11 +178,20 @@ def smoke(
     train_iters: Annotated[Optional[int], typer.Option("--train-iters", min=2, help="Iterations of each tiny GPT training run; default 20 on GPUs, 10 on CPU.")] = None,
     json: JsonOption = False,
     series_dir: SeriesDirOption = None,
+    release: ReleaseOption = None,
 ) -> None:
     """Check that the patched TARGET imports, computes, communicates and trains on this machine's GPUs (or CPU)."""
     from rocmpatch.commands.smoke import run
 
-    _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=json, series_dir=series_dir)
+    _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=json, series_dir=series_dir, release=release)
+
+
+@app.command()
+def releases(series_dir: SeriesDirOption = None, json: JsonOption = False) -> None:
+    """List the releases: upstream ref, commit, date, number of patches and where each was validated."""
+    from rocmpatch.commands.releases import run
+
+    _run(run, series_dir=series_dir, as_json=json)
 
 
 def main() -> None:

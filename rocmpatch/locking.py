@@ -1,19 +1,22 @@
-"""`rocmpatch lock`: compute upstream.lock from series.yaml, the patch files and the upstream.
+"""`rocmpatch lock`: compute a release's entry in upstream.lock from its series.yaml, patch files
+and upstream commit.
 
-The lock is the only place the pin and the patched tree id are written; apply, verify and check
-trust nothing else. Re-pinning (a new commit) goes through here too, e.g. from `rebase`.
+The lock is the only place the pins and the patched tree ids are written; apply, verify and check
+trust nothing else. Re-pinning (a new commit) goes through here too, e.g. from `rebase`. Writing one
+release's entry keeps every other release's entry as it is.
 """
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocmpatch import gitcmd, store
 from rocmpatch.errors import InvalidInput
 from rocmpatch.files import replace_file
-from rocmpatch.schema import Lock, Upstream, is_full_commit_id
-from rocmpatch.series import LoadedSeries
+from rocmpatch.schema import Lock, LockFile, Upstream, is_full_commit_id
+from rocmpatch.series import LoadedSeries, Location
 from rocmpatch.trees import patch_trees
 
 
@@ -32,7 +35,9 @@ def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None 
     ref = pin.ref or (current.ref if current else None)
     commit = pin.commit or (current.commit if current else None)
     if not (url and ref and commit):
-        raise InvalidInput(loaded.location.lock_path, "file not found, and no pin given", hint="run 'rocmpatch lock --url URL --ref TAG --commit <40-hex id>' once")
+        release = loaded.location.release
+        raise InvalidInput(loaded.location.lock_path, f"has no pin for release {release!r}, and none was given",
+                           hint=f"run 'rocmpatch lock --release {release} --url URL --ref TAG --commit <40-hex id>' once")
     if not is_full_commit_id(commit):
         raise InvalidInput("--commit", f"expected a full 40-hex commit id, got {commit!r}", hint="a tag or branch name belongs in --ref")
     gitcmd.check_url(url, source="--url")
@@ -40,13 +45,16 @@ def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None 
     known_tree = current.tree if current and current.commit == commit else ""
     repo = store.cached_repo(Upstream(url, ref, commit, known_tree), url_override)
     tree = gitcmd.tree_of(repo, commit)
+    date = gitcmd.commit_date(repo, commit).astimezone(datetime.timezone.utc).isoformat()  # UTC: sorts as text
     steps = patch_trees(repo, tree, loaded.patches)
-    return Lock(Upstream(url, ref, commit, tree), loaded.locked_patches(), steps[-1].tree)
+    return Lock(Upstream(url, ref, commit, tree, date), loaded.locked_patches(), steps[-1].tree)
 
 
-def write(path: Path, lock: Lock) -> None:
-    """Replace the lock file atomically: a reader sees the old lock or the new one, never half."""
-    replace_file(path, lock.to_yaml().encode("utf-8"))
+def write(location: Location, lock: Lock) -> None:
+    """Replace the release's entry, keeping the others; atomically: a reader sees the old lock or the new one."""
+    current = location.patchsets.lock_file() or LockFile({})
+    path: Path = location.lock_path
+    replace_file(path, current.with_release(location.release, lock).to_yaml().encode("utf-8"))
 
 
 def stale_fields(old: Lock | None, new: Lock) -> list[str]:
@@ -54,7 +62,7 @@ def stale_fields(old: Lock | None, new: Lock) -> list[str]:
     if old is None:
         return ["everything (there was no lock)"]
     found = []
-    for field in ("url", "ref", "commit", "tree"):
+    for field in ("url", "ref", "commit", "tree", "date"):
         if getattr(old.upstream, field) != getattr(new.upstream, field):
             found.append(f"upstream.{field}")
     old_patches = {p.name: p for p in old.patches}

@@ -7,18 +7,19 @@ with git's rename detection, so a patch follows a file upstream moved ("merged")
 changes nothing means upstream already has the patch ("obsolete", dropped). A merge with conflicts
 stops the rebase ("conflict"):
 
-* all work lives in a state directory (`.git/rocmpatch-rebase/` of the project, or
-  `.rocmpatch-rebase/` outside git): a scratch bare repository that borrows the upstream's objects,
-  a worktree holding the conflicted files with markers, and state.json;
+* all work lives in a state directory per release (`.git/rocmpatch-rebase-<release>/` of the
+  project, or `.rocmpatch-rebase-<release>/` outside git), so rebases of two releases can be in
+  progress at once: a scratch bare repository that borrows the upstream's objects, a worktree
+  holding the conflicted files with markers, and state.json;
 * `--continue` takes the worktree's files as patch i and goes on; `--abort` deletes the directory.
 
-The series files and upstream.lock are written only when every patch is through, so a stopped or
-aborted rebase has changed nothing of the project.
+Each patch goes through the same applier as apply and check (rocmpatch.trees.SeriesApplier: the
+same path, mode and symlink safety). The series files and upstream.lock are written only when
+every patch is through, so a stopped or aborted rebase has changed nothing of the project.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -30,18 +31,12 @@ from rocmpatch import gitcmd
 from rocmpatch.errors import Busy, CheckFailed, InvalidInput, PatchConflict, RocmpatchError, TargetRefused
 from rocmpatch.files import replace_file
 from rocmpatch.gitcmd import Identity
-from rocmpatch.patching import apply_patch, parse_patch
+from rocmpatch.series import LoadedPatch
+from rocmpatch.trees import SeriesApplier
 
 STATE_NAME = "rocmpatch-rebase"
 CLEAN, MERGED, CONFLICT, RESOLVED, OBSOLETE = "applied clean", "merged", "conflict", "resolved", "dropped as obsolete"
 CONFLICT_MARKERS = ("<<<<<<< ", ">>>>>>> ")
-
-
-@dataclass(frozen=True)
-class SeriesPatch:
-    name: str
-    file: str  # the file name in patchsets/
-    text: str  # the patch file's content
 
 
 @dataclass
@@ -58,6 +53,7 @@ class State:
     onto: str
     onto_ref: str
     url: str  # where the upstream came from (written into nothing; the new lock keeps its url)
+    into: str | None  # the new release the result is written as; None: rewrite the release itself
     source_objects: str  # the upstream object directory the scratch repository borrows
     series_sha256: dict[str, str]  # patch file -> sha256 when the rebase began (edits are refused)
     originals: list[str]  # ORIG(i) commits, i = 1..n, in the scratch repository
@@ -77,6 +73,7 @@ class Finished:
     onto: str
     onto_ref: str
     url: str
+    into: str | None
     texts: dict[str, str | None]
     tree: str
     outcomes: list[Outcome]
@@ -90,27 +87,31 @@ class Stopped:
     outcomes: list[Outcome]
 
 
-def state_dir(project: Path) -> Path:
+def state_dir(project: Path, release: str) -> Path:
     """Inside the project's .git when the project is a git checkout (never committed by accident)."""
+    name = f"{STATE_NAME}-{release}"
     try:
-        return Path(gitcmd.run(project, "rev-parse", "--path-format=absolute", "--git-path", STATE_NAME))
+        return Path(gitcmd.run(project, "rev-parse", "--path-format=absolute", "--git-path", name))
     except RocmpatchError:  # not a git checkout
-        return project / f".{STATE_NAME}"
+        return project / f".{name}"
 
 
-def in_progress(project: Path) -> bool:
-    return (state_dir(project) / "state.json").is_file()
+def in_progress(project: Path, releases: list[str]) -> list[str]:
+    """Those of `releases` with a stopped rebase."""
+    return [r for r in releases if (state_dir(project, r) / "state.json").is_file()]
 
 
-def start(project: Path, source: git.Repo, pin: str, onto: str, onto_ref: str, patches: list[SeriesPatch], *, url: str = "") -> Finished | Stopped:
-    directory = state_dir(project)
+def start(project: Path, release: str, source: git.Repo, pin: str, onto: str, onto_ref: str, patches: list[LoadedPatch],
+          *, url: str = "", into: str | None = None) -> Finished | Stopped:
+    directory = state_dir(project, release)
     if directory.exists():
-        raise Busy(f"a rebase is already in progress ({directory})", hint="run 'rocmpatch rebase --continue' or 'rocmpatch rebase --abort'")
+        raise Busy(f"a rebase of {release} is already in progress ({directory})",
+                   hint=f"run 'rocmpatch rebase --release {release} --continue' or '--abort'")
     directory.mkdir(parents=True)
     try:
         work = gitcmd.init_borrowing_repo(directory / "objects.git", source)
         originals = _original_chain(work, pin, patches)
-        state = State(onto, onto_ref, url, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto)
+        state = State(onto, onto_ref, url, into, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto)
         return _carry(directory, work, state, patches)
     except BaseException:
         if not (directory / "state.json").is_file():
@@ -118,8 +119,8 @@ def start(project: Path, source: git.Repo, pin: str, onto: str, onto_ref: str, p
         raise
 
 
-def resume(project: Path, patches: list[SeriesPatch]) -> Finished | Stopped:
-    directory, state = _load(project)
+def resume(project: Path, release: str, patches: list[LoadedPatch]) -> Finished | Stopped:
+    directory, state = _load(project, release)
     if _sha256s(patches) != state.series_sha256:
         raise TargetRefused("the series changed while the rebase was stopped", hint="restore the patch files, or run 'rocmpatch rebase --abort'")
     work = gitcmd.open_repo(directory / "objects.git")
@@ -133,42 +134,48 @@ def resume(project: Path, patches: list[SeriesPatch]) -> Finished | Stopped:
     return _carry(directory, work, state, patches)
 
 
-def abort(project: Path) -> Path:
-    directory = state_dir(project)
+def abort(project: Path, release: str) -> Path:
+    directory = state_dir(project, release)
     if not directory.exists():
         raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
     shutil.rmtree(directory)
     return directory
 
 
-def finish(project: Path) -> None:
+def finish(project: Path, release: str) -> None:
     """Forget a rebase whose results were written."""
-    shutil.rmtree(state_dir(project), ignore_errors=True)
+    shutil.rmtree(state_dir(project, release), ignore_errors=True)
 
 
-def _original_chain(work: git.Repo, pin: str, patches: list[SeriesPatch]) -> list[str]:
+def _applied(work: git.Repo, tree: str, item: LoadedPatch) -> str:
+    """The tree after applying one patch exactly, through the one applier every command uses."""
+    applier = SeriesApplier(work, tree)
+    applier.apply(item)
+    return applier.tree()
+
+
+def _original_chain(work: git.Repo, pin: str, patches: list[LoadedPatch]) -> list[str]:
     """ORIG(1..n): the series as it is, applied exactly on the pin, one commit per patch."""
     chain, parent = [], pin
     for item in patches:
-        tree = gitcmd.tree_of(work, parent)
         try:
-            changes = apply_patch(_parse(item), gitcmd.TreeReader(work, tree).read)
+            tree = _applied(work, gitcmd.tree_of(work, parent), item)
         except PatchConflict as conflict:
             raise CheckFailed(f"the series does not apply at the pin: {conflict}", hint="run 'rocmpatch check' and fix the series first") from None
-        parent = _commit(work, gitcmd.write_tree(work, tree, changes), parent, item)
+        parent = _commit(work, tree, parent, item)
         chain.append(parent)
     return chain
 
 
-def _carry(directory: Path, work: git.Repo, state: State, patches: list[SeriesPatch]) -> Finished | Stopped:
+def _carry(directory: Path, work: git.Repo, state: State, patches: list[LoadedPatch]) -> Finished | Stopped:
     while state.done < len(patches):
         item = patches[state.done]
         base = state.originals[state.done - 1] if state.done else _parent(work, state.originals[0])
         tip_tree = gitcmd.tree_of(work, state.tip)
         try:
-            changes = apply_patch(_parse(item), gitcmd.TreeReader(work, tip_tree).read)
+            tree = _applied(work, tip_tree, item)
             state.outcomes.append(Outcome(item.name, CLEAN))
-            _record(work, state, item, gitcmd.write_tree(work, tip_tree, changes))
+            _record(work, state, item, tree)
             continue
         except PatchConflict:
             pass
@@ -191,7 +198,7 @@ def _carry(directory: Path, work: git.Repo, state: State, patches: list[SeriesPa
     texts: dict[str, str | None] = {}
     for item, commit in zip(patches, state.rebased):
         texts[item.name] = _refreshed(item.text, gitcmd.format_patch(work, commit)) if commit else None
-    return Finished(state.onto, state.onto_ref, state.url, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
+    return Finished(state.onto, state.onto_ref, state.url, state.into, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
 
 
 def _refreshed(old: str, new: str) -> str:
@@ -205,7 +212,7 @@ def _diff_part(text: str) -> str:
     return text[start:] if start >= 0 else text
 
 
-def _record(work: git.Repo, state: State, item: SeriesPatch, tree: str) -> None:
+def _record(work: git.Repo, state: State, item: LoadedPatch, tree: str) -> None:
     if tree == gitcmd.tree_of(work, state.tip):
         state.rebased.append(None)  # nothing left of the patch: upstream has it
         state.outcomes[-1].result = OBSOLETE
@@ -214,7 +221,7 @@ def _record(work: git.Repo, state: State, item: SeriesPatch, tree: str) -> None:
     state.rebased.append(state.tip)
 
 
-def _commit(work: git.Repo, tree: str, parent: str, item: SeriesPatch) -> str:
+def _commit(work: git.Repo, tree: str, parent: str, item: LoadedPatch) -> str:
     """A commit carrying the patch's own author, date and message, so format-patch repeats them."""
     info = gitcmd.mail_info(work, item.text)
     return gitcmd.commit_tree(work, tree, parent, info.message(), Identity(info.author, info.email, info.date))
@@ -231,12 +238,8 @@ def _parent(work: git.Repo, commit: str) -> str:
     return parent
 
 
-def _parse(item: SeriesPatch):
-    return parse_patch(item.text, name=item.name, source=item.file)
-
-
-def _sha256s(patches: list[SeriesPatch]) -> dict[str, str]:
-    return {p.file: hashlib.sha256(p.text.encode("utf-8", "surrogateescape")).hexdigest() for p in patches}
+def _sha256s(patches: list[LoadedPatch]) -> dict[str, str]:
+    return {p.entry.file: p.sha256 for p in patches}
 
 
 def _refuse_markers(worktree: Path, files: list[str]) -> None:
@@ -258,11 +261,12 @@ def _save(directory: Path, state: State) -> None:
     replace_file(directory / "state.json", json.dumps(asdict(state), indent=2).encode("utf-8"))
 
 
-def _load(project: Path) -> tuple[Path, State]:
-    directory = state_dir(project)
+def _load(project: Path, release: str) -> tuple[Path, State]:
+    directory = state_dir(project, release)
     path = directory / "state.json"
     if not path.is_file():
         raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
     data = json.loads(path.read_text())
     data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
+    data.setdefault("into", None)
     return directory, State(**data)

@@ -1,6 +1,6 @@
-"""The two files rocmpatch reads: patchsets/series.yaml (written by people) and upstream.lock
-(written by `rocmpatch lock`). Both are validated on load; an error names the file, the line and
-the key, and what was expected.
+"""The two files rocmpatch reads: patchsets/<release>/series.yaml (written by people) and
+upstream.lock (written by `rocmpatch lock`, one entry per release). Both are validated on load; an
+error names the file, the line and the key, and what was expected.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ import yaml
 from rocmpatch.errors import InvalidInput
 
 SERIES_FILE = "series.yaml"
+RELEASE_FILE = "release.yaml"  # beside series.yaml: where the release was validated, its smoke profile
+PLATFORMS = ("cpu", "rocm", "cuda")
 LOCK_FILE = "upstream.lock"
-LOCK_VERSION = 1
+LOCK_VERSION = 2
+LOCK_HEADER = "# Written by `rocmpatch lock` from patchsets/<release>/series.yaml; do not edit by hand.\n"
 
 # libyaml's composer is ~10x faster than the pure-Python one (it keeps line marks), and every
 # command reads series.yaml; fall back where PyYAML was built without it.
@@ -26,6 +29,7 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+_RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 _PATCH_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.(patch|diff)")
 
 
@@ -66,6 +70,7 @@ class Upstream:
     ref: str
     commit: str
     tree: str
+    date: str = ""  # the commit's committer date (ISO 8601): orders releases, "newest" is the latest
 
 
 @dataclass(frozen=True)
@@ -74,20 +79,39 @@ class Lock:
     patches: tuple[LockedPatch, ...]
     patched_tree: str
 
-    def to_yaml(self) -> str:
-        data = {
-            "version": LOCK_VERSION,
+    def to_data(self) -> dict:
+        return {
             "upstream": {
                 "url": self.upstream.url,
                 "ref": self.upstream.ref,
                 "commit": self.upstream.commit,
                 "tree": self.upstream.tree,
+                "date": self.upstream.date,
             },
             "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256} for p in self.patches],
             "patched_tree": self.patched_tree,
         }
-        header = "# Written by `rocmpatch lock` from patchsets/series.yaml; do not edit by hand.\n"
-        return header + yaml.safe_dump(data, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class LockFile:
+    """upstream.lock: one Lock per release, keyed by the release's folder name in patchsets/."""
+
+    releases: dict[str, Lock]
+
+    def newest(self) -> str | None:
+        """The release whose pinned commit is the most recent (ties: the larger name)."""
+        if not self.releases:
+            return None
+        return max(self.releases, key=lambda name: (self.releases[name].upstream.date, name))
+
+    def with_release(self, name: str, lock: Lock) -> "LockFile":
+        return LockFile({**self.releases, name: lock})
+
+    def to_yaml(self) -> str:
+        ordered = sorted(self.releases, key=lambda name: (self.releases[name].upstream.date, name))
+        data = {"version": LOCK_VERSION, "releases": {name: self.releases[name].to_data() for name in ordered}}
+        return LOCK_HEADER + yaml.safe_dump(data, sort_keys=False)
 
 
 _SERIES_FIELDS = {
@@ -136,41 +160,118 @@ def load_series(directory: Path) -> Series:
     return Series(directory=directory, entries=tuple(entries))
 
 
-def load_lock(path: Path) -> Lock:
-    root = _load_mapping(
-        path,
-        {"version": "the lock format version", "upstream": "the pinned commit",
-         "patches": "the sha256 of each patch", "patched_tree": "the tree id after the series"},
-    )
+SINGLE_RELEASE_HINT = (
+    "move patchsets/series.yaml and its patch files into patchsets/<release>/ (e.g. patchsets/core_v0.5.0/), "
+    "then run 'rocmpatch lock --release <release>' to write the multi-release lock"
+)
+
+
+def load_lock_file(path: Path) -> LockFile:
+    root = _load_mapping(path, {"version": "the lock format version", "releases": "one entry per release",
+                                "upstream": "(version 1 only)", "patches": "(version 1 only)", "patched_tree": "(version 1 only)"})
     version = root.get("version")
+    if version is not None and version.value == "1":
+        raise InvalidInput(_where(path, version.lineno, "version"), "is the single-release lock of rocmpatch 0.1", hint=SINGLE_RELEASE_HINT)
     if version is None or version.value != str(LOCK_VERSION):
         raise InvalidInput(_where(path, root.line_of("version"), "version"), f"expected version: {LOCK_VERSION}", hint="regenerate it with 'rocmpatch lock'")
+    for stray in ("upstream", "patches", "patched_tree"):
+        if root.get(stray) is not None:
+            raise InvalidInput(_where(path, root.line_of(stray), stray), "belongs inside releases.<release> in version 2", hint="regenerate it with 'rocmpatch lock'")
+    releases_node = root.get("releases")
+    if releases_node is None or not isinstance(releases_node.value, dict) or not releases_node.value:
+        raise InvalidInput(_where(path, root.line_of("releases"), "releases"), "expected a mapping of release name to its pin, patches and patched tree")
+    releases = {}
+    for name, node in releases_node.value.items():
+        if not _RELEASE.fullmatch(name):
+            raise InvalidInput(_where(path, node.lineno, f"releases.{name}"), "is not a valid release name (a folder name in patchsets/, such as core_v0.19.0)")
+        releases[name] = _load_release(path, node, f"releases.{name}")
+    return LockFile(releases)
+
+
+def _load_release(path: Path, node: _Node, key: str) -> Lock:
+    entry = _mapping(path, node, key, {"upstream": "the pinned commit", "patches": "the sha256 of each patch",
+                                       "patched_tree": "the tree id after the series"})
     upstream_fields = {"url": "the upstream git URL", "ref": "the tag or branch name of the pin",
-                       "commit": "the full 40-hex commit id", "tree": "the 40-hex tree id of that commit"}
-    upstream = _mapping(path, root.get("upstream"), "upstream", upstream_fields)
-    up = {f: _string(path, upstream, f, f"upstream.{f}", d) for f, d in upstream_fields.items()}
+                       "commit": "the full 40-hex commit id", "tree": "the 40-hex tree id of that commit",
+                       "date": "the commit's date (ISO 8601)"}
+    upstream = _mapping(path, entry.get("upstream"), f"{key}.upstream", upstream_fields)
+    up = {f: _string(path, upstream, f, f"{key}.upstream.{f}", d) for f, d in upstream_fields.items()}
     for field in ("commit", "tree"):
         if not _HEX40.fullmatch(up[field]):
             raise InvalidInput(
-                _where(path, upstream.line_of(field), f"upstream.{field}"),
+                _where(path, upstream.line_of(field), f"{key}.upstream.{field}"),
                 f"expected a full 40-hex {'commit' if field == 'commit' else 'tree'} id, got {up[field]!r}",
                 hint="a ref or branch name belongs in upstream.ref; run 'rocmpatch lock'",
             )
-    patches_node = root.get("patches")
+    patches_node = entry.get("patches")
     if patches_node is None or not isinstance(patches_node.value, list):
-        raise InvalidInput(_where(path, root.line_of("patches"), "patches"), "expected a list of {name, file, sha256}")
+        raise InvalidInput(_where(path, entry.line_of("patches"), f"{key}.patches"), "expected a list of {name, file, sha256}")
     patch_fields = {"name": "the patch name", "file": "the patch file", "sha256": "the file's sha256"}
     patches = []
     for index, item in enumerate(patches_node.value):
-        key = f"patches[{index}]"
-        fields = _mapping(path, item, key, patch_fields)
-        values = {f: _string(path, fields, f, f"{key}.{f}", d) for f, d in patch_fields.items()}
-        _match(path, fields, "sha256", key, _HEX64, values["sha256"])
+        item_key = f"{key}.patches[{index}]"
+        fields = _mapping(path, item, item_key, patch_fields)
+        values = {f: _string(path, fields, f, f"{item_key}.{f}", d) for f, d in patch_fields.items()}
+        _match(path, fields, "sha256", item_key, _HEX64, values["sha256"])
         patches.append(LockedPatch(values["name"], values["file"], values["sha256"]))
-    tree = root.get("patched_tree")
+    tree = entry.get("patched_tree")
     if tree is None or not isinstance(tree.value, str) or not _HEX40.fullmatch(tree.value):
-        raise InvalidInput(_where(path, root.line_of("patched_tree"), "patched_tree"), "expected the 40-hex tree id of the patched tree")
+        raise InvalidInput(_where(path, entry.line_of("patched_tree"), f"{key}.patched_tree"), "expected the 40-hex tree id of the patched tree")
     return Lock(Upstream(**up), tuple(patches), tree.value)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One record of the patched tree working somewhere: what ran, on which platform, when."""
+
+    platform: str  # cpu | rocm | cuda
+    date: str
+    hardware: str
+    what: str
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    validated: tuple[Validation, ...]
+    smoke: dict[str, Any]  # the smoke profile, as plain data: rocmpatch.smoke.profile reads it
+
+
+_VALIDATION_FIELDS = {"platform": f"one of {', '.join(PLATFORMS)}", "date": "YYYY-MM-DD", "hardware": "the machine: CPU model or GPU and count",
+                      "what": "what ran and what it showed"}
+
+
+def load_release_info(directory: Path) -> ReleaseInfo:
+    """patchsets/<release>/release.yaml; a release without one was validated nowhere and has no smoke profile."""
+    path = directory / RELEASE_FILE
+    if not path.exists():
+        return ReleaseInfo((), {})
+    root = _load_mapping(path, {"validated": "where the patched tree was shown to work", "smoke": "the smoke profile"})
+    records = []
+    node = root.get("validated")
+    if node is not None:
+        if not isinstance(node.value, list):
+            raise InvalidInput(_where(path, node.lineno, "validated"), "expected a list of {platform, date, hardware, what}")
+        for index, item in enumerate(node.value):
+            key = f"validated[{index}]"
+            fields = _mapping(path, item, key, _VALIDATION_FIELDS)
+            values = {f: _string(path, fields, f, f"{key}.{f}", d) for f, d in _VALIDATION_FIELDS.items()}
+            if values["platform"] not in PLATFORMS:
+                raise InvalidInput(_where(path, fields.line_of("platform"), f"{key}.platform"), f"{values['platform']!r} is not one of {', '.join(PLATFORMS)}")
+            records.append(Validation(**{k: v.strip() for k, v in values.items()}))
+    smoke = root.get("smoke")
+    return ReleaseInfo(tuple(records), _plain(smoke) if smoke is not None else {})
+
+
+def _plain(node: _Node) -> Any:
+    if isinstance(node.value, dict):
+        return {k: _plain(v) for k, v in node.value.items()}
+    if isinstance(node.value, list):
+        return [_plain(v) for v in node.value]
+    return node.value
+
+
+def is_release_name(value: str) -> bool:
+    return bool(_RELEASE.fullmatch(value))
 
 
 def is_full_commit_id(value: str) -> bool:

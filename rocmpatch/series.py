@@ -1,11 +1,12 @@
-"""Finding and loading the patch series together with its lock.
+"""Finding and loading a release's patch series together with its lock entry.
 
-Where the series lives:
-- `--series-dir DIR` (or ROCMPATCH_SERIES_DIR): DIR holds series.yaml and the patch files; the
-  lock is DIR/../upstream.lock (next to DIR, as patchsets/ and upstream.lock sit in the repo).
-- running from a source checkout (or an editable install): <checkout>/patchsets and
-  <checkout>/upstream.lock.
+Layout: patchsets/<release>/ holds each release's series.yaml, patch files and release.yaml;
+upstream.lock beside patchsets/ holds one entry per release. Where patchsets/ lives:
+- `--series-dir DIR` (or ROCMPATCH_SERIES_DIR): DIR is patchsets/ (one folder per release) or one
+  release's folder in it; the lock is upstream.lock beside patchsets/.
+- running from a source checkout (or an editable install): <checkout>/patchsets.
 - an installed wheel: the copies bundled as package data in rocmpatch/_bundled/ (same layout).
+Which release a command works on is chosen in rocmpatch.releases.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from rocmpatch.errors import InvalidInput
 from rocmpatch.patching import Patch, parse_patch
-from rocmpatch.schema import LOCK_FILE, SERIES_FILE, Lock, LockedPatch, Series, SeriesEntry, load_lock, load_series
+from rocmpatch.schema import (LOCK_FILE, SERIES_FILE, Lock, LockedPatch, LockFile, Series, SeriesEntry,
+                              load_lock_file, load_series)
 
 SERIES_DIR_VARIABLE = "ROCMPATCH_SERIES_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -27,21 +29,56 @@ LOCK_HINT = "run 'rocmpatch lock' after changing the series, and commit upstream
 
 @dataclass(frozen=True)
 class Location:
+    """One release's series folder and the lock file that pins it."""
+
     series_dir: Path
     lock_path: Path
 
+    @property
+    def release(self) -> str:
+        return self.series_dir.name
 
-def locate(series_dir: Path | None = None) -> Location:
+    @property
+    def patchsets(self) -> "Patchsets":
+        return Patchsets(self.series_dir.parent, self.lock_path)
+
+
+@dataclass(frozen=True)
+class Patchsets:
+    """patchsets/ (one folder per release) and the upstream.lock beside it."""
+
+    root: Path
+    lock_path: Path
+
+    def releases(self) -> list[str]:
+        """The release folders (those holding a series.yaml), by name."""
+        try:
+            return sorted(p.name for p in self.root.iterdir() if (p / SERIES_FILE).is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def location(self, release: str) -> Location:
+        return Location(self.root / release, self.lock_path)
+
+    def lock_file(self) -> LockFile | None:
+        """upstream.lock, or None when it does not exist yet."""
+        return load_lock_file(self.lock_path) if self.lock_path.exists() else None
+
+
+def find_patchsets(series_dir: Path | None = None) -> tuple[Patchsets, str | None]:
+    """patchsets/ and, when DIR names one release's folder, that release."""
     chosen = series_dir or (Path(os.environ[SERIES_DIR_VARIABLE]) if os.environ.get(SERIES_DIR_VARIABLE) else None)
     if chosen is None:
-        chosen = default_series_dir()
+        chosen = default_patchsets_dir()
     chosen = chosen.expanduser().absolute()
-    return Location(chosen, chosen.parent / LOCK_FILE)
+    if (chosen / SERIES_FILE).is_file():
+        return Patchsets(chosen.parent, chosen.parent.parent / LOCK_FILE), chosen.name
+    return Patchsets(chosen, chosen.parent / LOCK_FILE), None
 
 
-def default_series_dir() -> Path:
+def default_patchsets_dir() -> Path:
     source_tree = PACKAGE_DIR.parent / "patchsets"
-    if (source_tree / SERIES_FILE).is_file() or not (BUNDLED_DIR / "patchsets").is_dir():
+    if source_tree.is_dir() or not (BUNDLED_DIR / "patchsets").is_dir():
         return source_tree
     return BUNDLED_DIR / "patchsets"
 
@@ -69,7 +106,10 @@ class LoadedSeries:
     def lock_problems(self) -> list[str]:
         """Each way the lock disagrees with series.yaml and the patch files, as one line."""
         if self.lock is None:
-            return [f"{self.location.lock_path}: file not found ({LOCK_HINT})"]
+            if not self.location.lock_path.exists():
+                return [f"{self.location.lock_path}: file not found ({LOCK_HINT})"]
+            return [f"{self.location.lock_path}: has no entry for release {self.location.release!r} "
+                    f"(run 'rocmpatch lock --release {self.location.release} --url URL --ref TAG --commit <40-hex id>' once)"]
         problems = []
         locked = {p.name: p for p in self.lock.patches}
         for loaded in self.patches:
@@ -93,7 +133,7 @@ class LoadedSeries:
         problems = self.lock_problems()
         if problems:
             where, _, problem = problems[0].partition(": ")
-            raise InvalidInput(where, problem, hint=LOCK_HINT)
+            raise InvalidInput(where, problem, hint=None if "rocmpatch lock" in problem else LOCK_HINT)
         assert self.lock is not None
         return self.lock
 
@@ -106,12 +146,12 @@ class LoadedSeries:
 
 
 def load(location: Location, *, require_lock: bool = True) -> LoadedSeries:
-    """series.yaml, every patch file (parsed) and upstream.lock; schema errors raise InvalidInput."""
+    """series.yaml, every patch file (parsed) and the release's lock entry; schema errors raise InvalidInput."""
     series = load_series(location.series_dir)
     patches = tuple(_load_patch(series, entry) for entry in series.entries)
     lock = None
     if require_lock or location.lock_path.exists():
-        lock = load_lock(location.lock_path)
+        lock = load_lock_file(location.lock_path).releases.get(location.release)
     return LoadedSeries(location, series, patches, lock)
 
 

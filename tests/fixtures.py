@@ -13,6 +13,9 @@ from pathlib import Path
 import yaml
 
 from rocmpatch import gitcmd, locking, series
+from rocmpatch.schema import Lock, load_lock_file
+
+RELEASE = "test_v1"  # the release folder fixtures write: patchsets/test_v1/
 
 MODULE_A = "".join(f"def a{i}():\n    return {i}\n\n" for i in range(20))
 MODULE_B = "".join(f"def b{i}():\n    return {i}\n\n" for i in range(20))
@@ -93,8 +96,20 @@ def series_entry(name: str, file: str) -> dict:
             "why": "Because tests need it.\n", "author": "tests", "origin": "rocmpatch", "forwarded": "no", "last-update": "2026-11-22"}
 
 
-def write_series(root: Path, texts: list[tuple[str, bytes]]) -> series.Location:
-    directory = root / "patchsets"
+def location_of(release_dir: Path) -> series.Location:
+    """The Location of one release folder patchsets/<release>/ (its lock beside patchsets/)."""
+    patchsets, release = series.find_patchsets(release_dir)
+    assert release is not None, f"{release_dir} holds no series.yaml"
+    return patchsets.location(release)
+
+
+def lock_of(location: series.Location) -> Lock:
+    """The release's entry in upstream.lock."""
+    return load_lock_file(location.lock_path).releases[location.release]
+
+
+def write_series(root: Path, texts: list[tuple[str, bytes]], release: str = RELEASE) -> series.Location:
+    directory = root / "patchsets" / release
     directory.mkdir(parents=True, exist_ok=True)
     entries = []
     for number, (name, text) in enumerate(texts, start=1):
@@ -102,7 +117,7 @@ def write_series(root: Path, texts: list[tuple[str, bytes]]) -> series.Location:
         (directory / file).write_bytes(text)
         entries.append(series_entry(name, file))
     (directory / "series.yaml").write_text("# test series\n" + yaml.safe_dump({"series": entries}, sort_keys=False))
-    return series.locate(directory)
+    return location_of(directory)
 
 
 def make_series(root: Path, upstream: Upstream, patches=None) -> series.Location:
@@ -114,7 +129,7 @@ def make_series(root: Path, upstream: Upstream, patches=None) -> series.Location
 
 def write_lock(location: series.Location, pin: locking.Pin = locking.Pin()) -> None:
     loaded = series.load(location, require_lock=False)
-    locking.write(location.lock_path, locking.compute(loaded, pin))
+    locking.write(location, locking.compute(loaded, pin))
 
 
 def dedent(text: str) -> str:

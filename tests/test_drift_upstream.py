@@ -8,17 +8,18 @@ import pytest
 
 from rocmpatch import drift, gitcmd, rebase, series, store
 from rocmpatch.schema import SERIES_FILE
+from tests.fixtures import location_of
 
 pytestmark = pytest.mark.upstream
 
-PATCHSETS = series.PACKAGE_DIR.parent / "patchsets"
+PATCHSETS = series.PACKAGE_DIR.parent / "patchsets" / "core_v0.5.0"
 
 
 @pytest.fixture(scope="module")
 def real_series():
     if not (PATCHSETS / SERIES_FILE).is_file():
         pytest.skip("the real series (patchsets/series.yaml) is not in this checkout")
-    return series.load(series.locate(PATCHSETS))
+    return series.load(location_of(PATCHSETS))
 
 
 def test_drift_to_main_names_a_commit_on_main_for_every_break(real_series, upstream_mirror):
@@ -35,17 +36,17 @@ def test_drift_to_main_names_a_commit_on_main_for_every_break(real_series, upstr
 
 def test_rebase_onto_core_v0_6_0_finishes_or_stops_and_aborts_cleanly(real_series, upstream_mirror, tmp_path):
     project = tmp_path / "project"
-    shutil.copytree(PATCHSETS, project / "patchsets")
+    shutil.copytree(PATCHSETS, project / "patchsets" / PATCHSETS.name)
     shutil.copy(real_series.location.lock_path, project / "upstream.lock")
-    loaded = series.load(series.locate(project / "patchsets"))
-    items = [rebase.SeriesPatch(p.name, p.entry.file, p.path.read_bytes().decode("utf-8", "surrogateescape")) for p in loaded.patches]
+    loaded = series.load(location_of(project / "patchsets" / PATCHSETS.name))
+    items = list(loaded.patches)
     repo, commits = store.history_repo(str(upstream_mirror), [loaded.locked().upstream.commit, "core_v0.6.0"])
-    result = rebase.start(project, repo, loaded.locked().upstream.commit, commits["core_v0.6.0"], "core_v0.6.0", items)
+    result = rebase.start(project, loaded.location.release, repo, loaded.locked().upstream.commit, commits["core_v0.6.0"], "core_v0.6.0", items)
     outcomes = [o.result for o in result.outcomes]
     if isinstance(result, rebase.Stopped):
         assert outcomes[-1] == rebase.CONFLICT and result.files
         assert "<<<<<<< upstream" in (result.worktree / result.files[0]).read_text()
-        rebase.abort(project)
+        rebase.abort(project, loaded.location.release)
         assert sorted(p.name for p in project.iterdir()) == ["patchsets", "upstream.lock"]
     else:
         assert len(outcomes) == len(items)

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rocmpatch import gitcmd, rebase
 from rocmpatch.errors import InvalidInput, TargetRefused
 from rocmpatch.patching import apply_series, parse_patch
+from rocmpatch.schema import SeriesEntry
+from rocmpatch.series import loaded_patch
 from tests.upstream_history import make_history
 
 
@@ -21,13 +25,21 @@ def project(tmp_path):
     return path
 
 
+RELEASE = "test_v1"
+
+
 def series(history):
-    return [rebase.SeriesPatch(name, f"{n:04d}-{name}.patch", text) for n, (name, text) in enumerate(history.patch_texts.items(), 1)]
+    return [loaded(name, f"{n:04d}-{name}.patch", text) for n, (name, text) in enumerate(history.patch_texts.items(), 1)]
+
+
+def loaded(name, file, text):
+    entry = SeriesEntry(name, file, "summary", "description", "why", "tests", "rocmpatch", "no", "2026-11-23")
+    return loaded_patch(entry, text.encode("utf-8", "surrogateescape"), Path(file))
 
 
 def start(history, project, onto="main"):
     repo = gitcmd.open_repo(history.repo)
-    return rebase.start(project, repo, history.pin, gitcmd.resolve_commit(repo, onto), onto, series(history))
+    return rebase.start(project, RELEASE, repo, history.pin, gitcmd.resolve_commit(repo, onto), onto, series(history))
 
 
 def resolve_alpha(worktree):
@@ -50,12 +62,12 @@ def test_stops_on_a_real_conflict_then_continue_carries_the_rename(history, proj
     stopped = start(history, project)
     assert isinstance(stopped, rebase.Stopped)
     assert stopped.patch == "alpha" and stopped.files == ["a.py"]
-    assert rebase.in_progress(project)
+    assert rebase.in_progress(project, [RELEASE])
     # The markers must go before --continue takes the files.
     with pytest.raises(InvalidInput, match="conflict marker"):
-        rebase.resume(project, series(history))
+        rebase.resume(project, RELEASE, series(history))
     resolve_alpha(stopped.worktree)
-    done = rebase.resume(project, series(history))
+    done = rebase.resume(project, RELEASE, series(history))
     assert isinstance(done, rebase.Finished)
     assert [(o.name, o.result) for o in done.outcomes] == [
         ("alpha", rebase.RESOLVED), ("mod", rebase.MERGED), ("gamma", rebase.OBSOLETE), ("beta", rebase.CLEAN),
@@ -76,11 +88,11 @@ def test_abort_leaves_nothing(history, project):
     before = sorted(p.relative_to(project) for p in project.rglob("*"))
     stopped = start(history, project)
     assert stopped.worktree.is_dir()
-    rebase.abort(project)
-    assert not rebase.in_progress(project)
+    rebase.abort(project, RELEASE)
+    assert not rebase.in_progress(project, [RELEASE])
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
     with pytest.raises(TargetRefused):
-        rebase.abort(project)
+        rebase.abort(project, RELEASE)
 
 
 def test_a_second_rebase_waits_for_the_first(history, project):
@@ -92,9 +104,9 @@ def test_a_second_rebase_waits_for_the_first(history, project):
 def test_continue_refuses_a_series_edited_meanwhile(history, project):
     start(history, project)
     edited = series(history)
-    edited[1] = rebase.SeriesPatch(edited[1].name, edited[1].file, edited[1].text + " \n")
+    edited[1] = loaded(edited[1].name, edited[1].entry.file, edited[1].text + " \n")
     with pytest.raises(TargetRefused, match="series changed"):
-        rebase.resume(project, edited)
+        rebase.resume(project, RELEASE, edited)
 
 
 def test_an_unchanged_patch_keeps_its_file_byte_for_byte(history, project):

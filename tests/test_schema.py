@@ -3,15 +3,15 @@ from __future__ import annotations
 import pytest
 
 from rocmpatch.errors import InvalidInput
-from rocmpatch.schema import load_lock, load_series
+from rocmpatch.schema import load_lock_file, load_series
 
 
 def test_ref_where_commit_belongs(project):
     text = project.lock_path.read_text()
     commit = text.split("commit: ")[1].split()[0]
     project.lock_path.write_text(text.replace(commit, "core_v0.5.0"))
-    with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: upstream.commit: expected a full 40-hex commit id"):
-        load_lock(project.lock_path)
+    with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: releases.test_v1.upstream.commit: expected a full 40-hex commit id"):
+        load_lock_file(project.lock_path)
 
 
 def test_unknown_key_in_series(project):
@@ -22,6 +22,13 @@ def test_unknown_key_in_series(project):
 
 
 def test_malformed_lock_yaml(project):
-    project.lock_path.write_text("version: 1\nupstream: {url: [\n")
+    project.lock_path.write_text("version: 2\nreleases: {url: [\n")
     with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: invalid YAML"):
-        load_lock(project.lock_path)
+        load_lock_file(project.lock_path)
+
+
+def test_single_release_lock_names_the_fix(project):
+    project.lock_path.write_text("version: 1\nupstream: {}\npatches: []\npatched_tree: x\n")
+    with pytest.raises(InvalidInput, match=r"upstream.lock:1: version: is the single-release lock") as raised:
+        load_lock_file(project.lock_path)
+    assert "patchsets/<release>/" in raised.value.hint

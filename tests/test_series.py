@@ -6,13 +6,19 @@ from rocmpatch import series
 from rocmpatch.errors import InvalidInput
 
 
-def test_series_dir_puts_the_lock_beside_it(tmp_path):
-    location = series.locate(tmp_path / "proj" / "patchsets")
-    assert location.lock_path == tmp_path / "proj" / "upstream.lock"
+def test_series_dir_puts_the_lock_beside_patchsets(tmp_path):
+    patchsets, release = series.find_patchsets(tmp_path / "proj" / "patchsets")
+    assert patchsets.lock_path == tmp_path / "proj" / "upstream.lock" and release is None
+
+
+def test_a_release_folder_as_series_dir_names_the_release(project):
+    patchsets, release = series.find_patchsets(project.series_dir)
+    assert release == "test_v1" and patchsets.location(release) == project
+    assert patchsets.releases() == ["test_v1"]
 
 
 def test_default_is_the_source_tree_or_the_bundled_copy():
-    default = series.default_series_dir()
+    default = series.default_patchsets_dir()
     assert default in (series.PACKAGE_DIR.parent / "patchsets", series.BUNDLED_DIR / "patchsets")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, locking, series
 from rocmpatch.patching import parse_patch
-from tests.fixtures import write_series
+from tests.fixtures import RELEASE, write_series
 
 def lines(prefix: str, count: int = 20) -> str:
     return "".join(f"{prefix} line {n}\n" for n in range(1, count + 1))
@@ -37,7 +37,7 @@ class History:
     @property
     def series_dir(self) -> Path:
         assert self.project is not None
-        return self.project / "patchsets"
+        return self.project / "patchsets" / RELEASE
 
 
 def git(repo: Path, *args: str) -> str:
@@ -130,7 +130,7 @@ def write_project(history: History, project: Path, url: str) -> Path:
     location = write_series(project, [(name, text.encode()) for name, text in history.patch_texts.items()])
     loaded = series.load(location, require_lock=False)
     lock = locking.compute(loaded, locking.Pin(url, "v1.0", history.pin), url_override=str(history.repo))
-    location.lock_path.write_text(lock.to_yaml())
+    locking.write(location, lock)
     history.project = project
     return project
 

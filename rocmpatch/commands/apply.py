@@ -3,18 +3,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmpatch import applying, series
+from rocmpatch.commands import selected
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
 
 
-def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_run: bool) -> ExitCode:
-    loaded = series.load(series.locate(series_dir))
+def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_run: bool, release: str | None = None) -> ExitCode:
+    loaded = series.load(selected(series_dir, release, target=target))
     result = applying.apply(loaded, target, url_override=upstream_url, dry_run=dry_run)
     if result.recovered:
         out.print(f"finished the interrupted '{result.recovered}' first", markup=False)
     verb = "would apply" if dry_run else "applied"
     if result.created and not dry_run:
-        out.print(f"created {result.target} at the pinned commit", markup=False)
+        out.print(f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)
     for name in result.already:
         out.print(f"  already applied  {name}", markup=False)
     for name in result.applied:
@@ -22,5 +23,5 @@ def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_
     if not result.applied:
         out.print(f"{result.target}: the whole series is already applied; nothing to do", markup=False)
     elif not dry_run:
-        out.print(f"{result.target}: {len(result.applied)} patch(es) applied, HEAD {result.head}", markup=False)
+        out.print(f"{result.target}: {len(result.applied)} patch(es) of {loaded.location.release} applied, HEAD {result.head}", markup=False)
     return ExitCode.OK

@@ -5,12 +5,13 @@ from pathlib import Path
 from rich.table import Table
 
 from rocmpatch import drift, series, store
+from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError
 
 
-def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None) -> ExitCode:
-    loaded = series.load(series.locate(series_dir))
+def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None, release: str | None = None) -> ExitCode:
+    loaded = series.load(selected(series_dir, release))
     lock = loaded.locked()
     start, end = _endpoints(lock.upstream.commit, ref, span)
     url = store.upstream_url(lock.upstream, upstream_url)

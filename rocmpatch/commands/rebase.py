@@ -7,37 +7,66 @@ from rich.table import Table
 
 from rocmpatch import locking, rebase, series, store
 from rocmpatch.console import err, out
-from rocmpatch.errors import CheckFailed, ExitCode, UsageError
+from rocmpatch.commands import selected
+from rocmpatch.errors import CheckFailed, ExitCode, TargetRefused, UsageError
 from rocmpatch.files import replace_file
-from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
+from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series, is_release_name
 
 
-def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None) -> ExitCode:
-    location = series.locate(series_dir)
-    project = location.lock_path.parent
+def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None,
+        release: str | None = None, into: str | None = None) -> ExitCode:
     if [bool(onto), resume, abort].count(True) != 1:
         raise UsageError("rocmpatch rebase: give exactly one of --onto REF, --continue or --abort")
+    if into and not onto:
+        raise UsageError("--into NEW_RELEASE goes with --onto REF (a stopped rebase remembers it)")
+    patchsets, named = series.find_patchsets(series_dir)
+    project = patchsets.lock_path.parent
+    if onto:
+        location = selected(series_dir, release)
+        if into:
+            _check_new_release(patchsets, into)
+    else:
+        location = patchsets.location(_stopped_release(project, patchsets, release or named))
     if abort:
-        directory = rebase.abort(project)
-        out.print(f"rebase aborted: removed {directory}; the series and upstream.lock are as they were", markup=False)
+        directory = rebase.abort(project, location.release)
+        out.print(f"rebase of {location.release} aborted: removed {directory}; the series and upstream.lock are as they were", markup=False)
         return ExitCode.OK
     loaded = series.load(location)
-    items = [rebase.SeriesPatch(p.name, p.entry.file, p.text) for p in loaded.patches]
     if resume:
-        result = rebase.resume(project, items)
+        result = rebase.resume(project, location.release, list(loaded.patches))
     else:
         lock = loaded.locked()
         url = store.upstream_url(lock.upstream, upstream_url)
         repo, commits = store.history_repo(url, [lock.upstream.commit, onto])
-        result = rebase.start(project, repo, lock.upstream.commit, commits[onto], onto, items, url=url)
+        result = rebase.start(project, location.release, repo, lock.upstream.commit, commits[onto], onto, list(loaded.patches), url=url, into=into)
     out.print(_table(result.outcomes))
     if isinstance(result, rebase.Stopped):
-        _explain(result)
+        _explain(result, location.release)
         return ExitCode.PATCH_CONFLICT
-    write_results(loaded, result)
-    rebase.finish(project)
-    out.print(f"the series now applies to {result.onto_ref} ({result.onto[:12]}); patch files and upstream.lock rewritten", markup=False)
+    written = write_results(loaded, result)
+    rebase.finish(project, location.release)
+    out.print(f"{written.release}: the series now applies to {result.onto_ref} ({result.onto[:12]}); "
+              f"patch files in {written.series_dir} and its entry in {written.lock_path.name} written", markup=False)
     return ExitCode.OK
+
+
+def _check_new_release(patchsets: series.Patchsets, into: str) -> None:
+    if not is_release_name(into):
+        raise UsageError(f"--into: {into!r} is not a valid release name", hint="a folder name such as core_v0.20.0")
+    folder = patchsets.location(into).series_dir
+    if folder.exists():
+        raise UsageError(f"--into: {folder} already exists", hint="choose a new release name, or rebase that release itself with --release")
+
+
+def _stopped_release(project: Path, patchsets: series.Patchsets, asked: str | None) -> str:
+    stopped = rebase.in_progress(project, patchsets.releases())
+    if asked:
+        return asked
+    if len(stopped) == 1:
+        return stopped[0]
+    if not stopped:
+        raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
+    raise UsageError(f"rebases of {', '.join(stopped)} are in progress", hint="say which with --release NAME")
 
 
 def _table(outcomes: list[rebase.Outcome]) -> Table:
@@ -50,37 +79,43 @@ def _table(outcomes: list[rebase.Outcome]) -> Table:
     return table
 
 
-def _explain(stopped: rebase.Stopped) -> None:
+def _explain(stopped: rebase.Stopped, release: str) -> None:
     err.print(f"patch {stopped.patch} conflicts in: {', '.join(stopped.files)}", markup=False)
     err.print(f"  resolve the conflict markers in {stopped.worktree} (git diff HEAD there shows the patch so far),", markup=False)
-    err.print("  then run 'rocmpatch rebase --continue'; or 'rocmpatch rebase --abort' to change nothing.", markup=False)
+    err.print(f"  then run 'rocmpatch rebase --continue'; or 'rocmpatch rebase --abort' to change nothing"
+              f" (add --release {release} while another release's rebase is also stopped).", markup=False)
 
 
-def write_results(loaded: series.LoadedSeries, finished: rebase.Finished) -> None:
-    """Write the refreshed patches, drop obsolete ones, and pin the new commit in upstream.lock.
+def write_results(loaded: series.LoadedSeries, finished: rebase.Finished) -> series.Location:
+    """Write the refreshed patches, drop obsolete ones, and pin the new commit in upstream.lock:
+    into the release's own folder, or (--into) into a new release folder, leaving the old one as it was.
 
     The lock is computed (the refreshed series applied exactly to the new commit) before any file
     is written, so a failure here leaves the project as it was."""
+    destination = loaded.location.patchsets.location(finished.into) if finished.into else loaded.location
     kept = [
-        series.loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), patch.path)
+        series.loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), destination.series_dir / patch.entry.file)
         for patch in loaded.patches
         if (text := finished.texts[patch.name]) is not None
     ]
-    new_series = Series(loaded.series.directory, tuple(p.entry for p in kept))
-    new_loaded = series.LoadedSeries(loaded.location, new_series, tuple(kept), loaded.lock)
+    new_series = Series(destination.series_dir, tuple(p.entry for p in kept))
+    new_loaded = series.LoadedSeries(destination, new_series, tuple(kept), loaded.lock)
     new_lock = locking.compute(new_loaded, locking.Pin(ref=finished.onto_ref, commit=finished.onto), url_override=finished.url)
     if new_lock.patched_tree != finished.tree:
         raise CheckFailed(f"the refreshed series gives tree {new_lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
-    dropped = [p for p in loaded.patches if finished.texts[p.name] is None]
-    series_path = loaded.series.directory / SERIES_FILE
-    series_text = without_entries(series_path.read_text(encoding="utf-8"), {p.name for p in dropped})
+    dropped = {p.name for p in loaded.patches if finished.texts[p.name] is None}
+    series_text = without_entries((loaded.series.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
+    destination.series_dir.mkdir(parents=True, exist_ok=True)
     for patch in kept:
         replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
-    if dropped:
-        replace_file(series_path, series_text.encode("utf-8"))
-        for patch in dropped:
-            patch.path.unlink()
-    locking.write(loaded.location.lock_path, new_lock)
+    if dropped or finished.into:
+        replace_file(destination.series_dir / SERIES_FILE, series_text.encode("utf-8"))
+    if not finished.into:
+        for patch in loaded.patches:
+            if patch.name in dropped:
+                patch.path.unlink()
+    locking.write(destination, new_lock)
+    return destination
 
 
 def without_entries(text: str, names: set[str]) -> str:

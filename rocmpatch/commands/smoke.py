@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rocmpatch import series
+from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, err, out
 from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused
 from rocmpatch.smoke import devices
@@ -21,7 +21,7 @@ STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
 
 def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_iters: int | None = None,
-        as_json: bool = False, series_dir: Path | None = None,
+        as_json: bool = False, series_dir: Path | None = None, release: str | None = None,
         timeouts: dict[str, float] | None = None) -> ExitCode:
     if device not in DEVICES:
         raise typer.BadParameter(f"{device!r} is not one of {', '.join(DEVICES)}", param_hint="--device")
@@ -39,7 +39,7 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
         raise EnvironmentProblem("smoke needs PyTorch, which is not installed in this Python",
                                  hint=devices.ROCM_INSTALL)
     plan = Plan(target=target, device=device, gpus=gpu_list, train_iters=train_iters,
-                series=series.locate(series_dir))
+                series=selected(series_dir, release, target=target))
     if timeouts:
         plan.timeouts.update(timeouts)
 

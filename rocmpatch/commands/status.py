@@ -5,12 +5,13 @@ from pathlib import Path
 from rich.table import Table
 
 from rocmpatch import series, series_status
+from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 
 
-def run(*, target: Path, series_dir: Path | None, as_json: bool) -> ExitCode:
-    loaded = series.load(series.locate(series_dir))
+def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | None = None) -> ExitCode:
+    loaded = series.load(selected(series_dir, release, target=target))
     report = series_status.status(loaded, target)
     if as_json:
         emit_json(report.to_json())
@@ -21,7 +22,7 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool) -> ExitCode:
         out.print(f"an interrupted 'rocmpatch {report.interrupted}' is pending: run 'rocmpatch apply' or 'rocmpatch unapply'", markup=False)
     if report.uncommitted:
         out.print(f"uncommitted changes: {', '.join(report.uncommitted)}", markup=False)
-    table = Table("#", "patch", "state", "files", title=f"{target} (HEAD {report.head})", title_justify="left")
+    table = Table("#", "patch", "state", "files", title=f"{target}: release {loaded.location.release} (HEAD {report.head})", title_justify="left")
     for number, patch in enumerate(report.patches, start=1):
         detail = "\n".join(patch.files) + (f"\n{patch.reason}" if patch.reason else "")
         table.add_row(str(number), patch.name, patch.state, detail)

@@ -3,12 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmpatch import series, unapplying
+from rocmpatch.commands import selected
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
 
 
-def run(*, target: Path, series_dir: Path | None, force: bool) -> ExitCode:
-    loaded = series.load(series.locate(series_dir), require_lock=True)
+def run(*, target: Path, series_dir: Path | None, force: bool, release: str | None = None) -> ExitCode:
+    loaded = series.load(selected(series_dir, release, target=target), require_lock=True)
     result = unapplying.unapply(loaded, target, force=force)
     if result.recovered:
         out.print(f"finished the interrupted '{result.recovered}' first", markup=False)

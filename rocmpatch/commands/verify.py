@@ -3,12 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmpatch import series, verifying
+from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 
 
-def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None) -> ExitCode:
-    loaded = series.load(series.locate(series_dir))
+def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None) -> ExitCode:
+    loaded = series.load(selected(series_dir, release, target=target))
     report = verifying.verify(loaded, target, url_override=upstream_url)
     if as_json:
         emit_json(report.to_json())
@@ -21,7 +22,7 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: s
             by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
             out.print(f"{difference.kind:<14} {difference.path}{by}", markup=False)
         if report.ok:
-            out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin plus the series", markup=False)
+            out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin of {loaded.location.release} plus its series", markup=False)
         else:
-            out.print(f"{target}: differs from the pin plus the series ({len(report.differences)} path(s))", markup=False)
+            out.print(f"{target}: differs from the pin of {loaded.location.release} plus its series ({len(report.differences)} path(s))", markup=False)
     return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED

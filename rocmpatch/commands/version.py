@@ -3,17 +3,22 @@ from __future__ import annotations
 from rocmpatch import __version__
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode, RocmpatchError
-from rocmpatch.schema import load_lock
-from rocmpatch.series import locate
+from rocmpatch.series import find_patchsets
 
 
 def run() -> ExitCode:
     out.print(f"rocmpatch {__version__}", markup=False)
-    location = locate()
+    patchsets, _ = find_patchsets()
+    out.print(f"patchsets: {patchsets.root}", markup=False)
     try:
-        upstream = load_lock(location.lock_path).upstream
-        out.print(f"pinned upstream: {upstream.url} {upstream.ref} {upstream.commit}", markup=False)
+        lock_file = patchsets.lock_file()
     except RocmpatchError as exc:
         out.print(f"pinned upstream: unknown ({exc.message})", markup=False)
-    out.print(f"series: {location.series_dir}", markup=False)
+        return ExitCode.OK
+    releases = lock_file.releases if lock_file else {}
+    newest = lock_file.newest() if lock_file else None
+    for name in patchsets.releases():
+        lock = releases.get(name)
+        pin = f"{lock.upstream.url} {lock.upstream.ref} {lock.upstream.commit}" if lock else "not in upstream.lock"
+        out.print(f"release {name}{' (newest)' if name == newest else ''}: {pin}", markup=False)
     return ExitCode.OK

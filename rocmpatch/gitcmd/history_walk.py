@@ -33,6 +33,14 @@ def merge_base(repo: git.Repo, a: str, b: str) -> str | None:
         return None  # unrelated histories
 
 
+def is_ancestor(repo: git.Repo, ancestor: str, descendant: str) -> bool:
+    try:
+        run(repo, "merge-base", "--is-ancestor", ancestor, descendant)
+        return True
+    except UpstreamError:
+        return False
+
+
 def first_parent_line(repo: git.Repo, start: str, end: str) -> list[str]:
     """Commits on `end`'s first-parent line after `start`, oldest first."""
     return run(repo, "rev-list", "--first-parent", "--reverse", f"{start}..{end}").split()

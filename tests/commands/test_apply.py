@@ -209,9 +209,10 @@ def test_second_apply_waits_then_exits_busy(project, upstream, tmp_path):
 
 
 def project_lock(location):
-    from rocmpatch.schema import load_lock
 
-    return load_lock(location.lock_path)
+    from tests.fixtures import lock_of
+
+    return lock_of(location)
 
 
 def write_lock_lenient(location):
@@ -222,4 +223,6 @@ def write_lock_lenient(location):
     old = loaded.lock
     from rocmpatch.schema import Lock
 
-    location.lock_path.write_text(Lock(old.upstream, loaded.locked_patches(), old.patched_tree).to_yaml())
+    from rocmpatch import locking
+
+    locking.write(location, Lock(old.upstream, loaded.locked_patches(), old.patched_tree))

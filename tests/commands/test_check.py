@@ -9,8 +9,9 @@ from tests.commands.test_apply import write_lock_lenient
 def test_series_applies(cli):
     result = cli("check", "--json")
     assert result.exit_code == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["ok"] is True
+    document = json.loads(result.stdout)
+    assert document["ok"] is True and list(document["releases"]) == ["test_v1"]
+    report = document["releases"]["test_v1"]
     assert [p["name"] for p in report["patches"]] == ["first-fix", "second-fix"]
     assert report["patched_tree"]["actual"] == report["patched_tree"]["expected"]
 
@@ -21,7 +22,7 @@ def test_every_broken_patch_reported(cli, project):
     write_lock_lenient(project)
     result = cli("check", "--json")
     assert result.exit_code == ExitCode.CHECK_FAILED
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout)["releases"]["test_v1"]
     first, second = report["patches"]
     assert first["ok"] is False and "pkg/a.py, hunk 1" in first["error"]
     assert second["ok"] is True  # checked on the tree without the broken one: every patch is reported

@@ -41,6 +41,7 @@ def test_commit_missing_upstream(cli, project, tmp_path, monkeypatch):
 
 
 def load_commit(project) -> str:
-    from rocmpatch.schema import load_lock
 
-    return load_lock(project.lock_path).upstream.commit
+    from tests.fixtures import lock_of
+
+    return lock_of(project).upstream.commit

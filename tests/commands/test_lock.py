@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from rocmpatch.errors import ExitCode
-from rocmpatch.schema import load_lock
+from tests.fixtures import lock_of
 
 
 def test_check_passes_on_fresh_lock(cli):
@@ -29,4 +29,4 @@ def test_new_lock_needs_a_pin(cli, project, upstream):
     assert result.exit_code == ExitCode.INVALID_INPUT and "40-hex" in result.stderr
     result = cli("lock", "--url", upstream.url, "--ref", upstream.ref, "--commit", upstream.commit)
     assert result.exit_code == 0, result.stderr
-    assert load_lock(project.lock_path).upstream.tree == upstream.tree
+    assert lock_of(project).upstream.tree == upstream.tree

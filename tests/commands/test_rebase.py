@@ -5,7 +5,8 @@ from typer.testing import CliRunner
 
 from rocmpatch import gitcmd, rebase
 from rocmpatch.cli import app
-from rocmpatch.schema import load_lock, load_series
+from rocmpatch.schema import load_series
+from tests.fixtures import RELEASE, location_of, lock_of
 from tests.test_rebase import resolve_alpha
 from tests.upstream_history import make_history, write_project
 
@@ -34,19 +35,19 @@ def test_conflict_then_continue_rewrites_the_series_and_the_lock(history):
     assert result.exit_code == 4, result.output
     assert "alpha" in result.output and "rocmpatch rebase --continue" in result.output
     assert snapshot(history.project) == before  # nothing written while stopped
-    worktree = rebase.state_dir(history.project) / "worktree"
+    worktree = rebase.state_dir(history.project, RELEASE) / "worktree"
     resolve_alpha(worktree)
     result = invoke(history, "--continue")
     assert result.exit_code == 0, result.output
     assert "dropped as obsolete" in result.output
-    lock = load_lock(history.project / "upstream.lock")
+    lock = lock_of(location_of(history.series_dir))
     assert lock.upstream.commit == history.commits["m7"] and lock.upstream.ref == "main"
     assert lock.upstream.url == "https://example.invalid/upstream.git"
     assert [p.name for p in lock.patches] == ["alpha", "mod", "beta"]
     assert [e.name for e in load_series(history.series_dir).entries] == ["alpha", "mod", "beta"]
     assert not (history.series_dir / "0003-gamma.patch").exists()
     assert "b/new/mod.py" in (history.series_dir / "0002-mod.patch").read_text()
-    assert not rebase.in_progress(history.project)
+    assert not rebase.in_progress(history.project, [RELEASE])
     # The rewritten series passes the engine's own checks against the new pin.
     runner = CliRunner()
     common = ["--series-dir", str(history.series_dir), "--upstream-url", str(history.repo)]
@@ -60,7 +61,7 @@ def test_abort_changes_nothing(history):
     result = invoke(history, "--abort")
     assert result.exit_code == 0, result.output
     assert snapshot(history.project) == before
-    assert not rebase.state_dir(history.project).exists()
+    assert not rebase.state_dir(history.project, RELEASE).exists()
 
 
 def test_exactly_one_action(history):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rocmpatch.smoke import blame, train
 from rocmpatch.smoke.runner import Plan, last_result, run_child, run_stages, child_env
-from rocmpatch.series import locate
+from tests.fixtures import location_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_hanging_stage_fails_with_timeout_and_later_stages_are_skipped(tmp_path)
 
 
 def test_blame_names_the_patch_that_changes_the_failing_file():
-    index = blame.patch_index(locate(ROOT / "patchsets"))
+    index = blame.patch_index(location_of(ROOT / "patchsets" / "core_v0.5.0"))
     assert "softmax" in index["megatron/core/fusions/fused_softmax.py"]
     text = blame.hint(["megatron/core/fusions/fused_softmax.py"], "scaled_masked_softmax_cuda", True, index)
     assert "changed by patch softmax" in text and "rocmpatch status" in text
@@ -107,7 +107,7 @@ def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
 
 
 def test_blame_names_the_patch_whose_changes_are_missing_from_the_file(tmp_path):
-    index = blame.patch_index(locate(ROOT / "patchsets"))
+    index = blame.patch_index(location_of(ROOT / "patchsets" / "core_v0.5.0"))
     path = "megatron/initialize.py"
     *others, last = index[path]
     assert others and last == "cpu-training"

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rocmpatch.cli import app
-from rocmpatch.series import locate
+from tests.fixtures import location_of
 from rocmpatch.smoke.runner import Plan, run_stages
-from tests.series.trees import PATCHSETS, patched_core_tree, patched_upstream_tree
+from tests.series.core_v0_5_0.trees import PATCHSETS, patched_core_tree, patched_upstream_tree
 from tests.smoke.trees import without_patch
 
 pytestmark = pytest.mark.wheel
@@ -74,7 +74,7 @@ def test_json_shape(core_run):
 
 def test_tree_without_te_optional_fails_import_naming_file_and_patch(wheel_core_files, tmp_path):
     tree = core_tree_with_pristine(wheel_core_files, TE_LAYERS, tmp_path / "tree")
-    (imported,) = run_stages(Plan(tree, device="cpu", stages=("import",), series=locate(PATCHSETS)))
+    (imported,) = run_stages(Plan(tree, device="cpu", stages=("import",), series=location_of(PATCHSETS)))
     assert imported.status == "failed"
     assert "No module named 'transformer_engine'" in imported.detail
     assert f"imported by {TE_LAYERS}" in imported.detail
@@ -84,7 +84,7 @@ def test_tree_without_te_optional_fails_import_naming_file_and_patch(wheel_core_
 
 def test_tree_without_softmax_fails_ops_naming_file_and_patch(wheel_core_files, tmp_path):
     tree = core_tree_with_pristine(wheel_core_files, SOFTMAX, tmp_path / "tree")
-    (ops,) = run_stages(Plan(tree, device="cpu", stages=("ops",), series=locate(PATCHSETS)))
+    (ops,) = run_stages(Plan(tree, device="cpu", stages=("ops",), series=location_of(PATCHSETS)))
     assert ops.status == "failed"
     assert "core softmax" in ops.detail and "_cuda'" in ops.detail
     assert f"{SOFTMAX} is changed by patch " in ops.detail and "softmax" in ops.detail.split(" is changed by patch ")[1]
@@ -124,7 +124,7 @@ def test_full_patched_tree_on_cpu(full_tree):
 def test_tree_without_cpu_training_fails_train_naming_the_patch(full_tree, tmp_path):
     tree = without_patch(full_tree, PATCHSETS, "cpu-training", tmp_path / "tree")
     _, train = run_stages(Plan(tree, device="cpu", train_iters=2, stages=("environment", "train"),
-                               series=locate(PATCHSETS)))
+                               series=location_of(PATCHSETS)))
     assert train.status == "failed"
     assert "cannot train on CPU" in train.detail and "Megatron requires CUDA" in train.detail
     assert "megatron/initialize.py is changed by patch" in train.detail

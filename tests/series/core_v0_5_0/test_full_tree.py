@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from rocmpatch import gitcmd
-from tests.series.child import run_checks
-from tests.series.part1_checks import FULL_TREE_MODULES
-from tests.series.trees import PATCHSETS, full_series_applier, pin_commit
+from tests.series.core_v0_5_0.child import run_checks
+from tests.series.core_v0_5_0.part1_checks import FULL_TREE_MODULES
+from tests.series.core_v0_5_0.trees import PATCHSETS, full_series_applier, pin_commit
 
 
 def test_series_applies_exactly_to_the_pin(upstream_mirror):

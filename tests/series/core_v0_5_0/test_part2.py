@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.child import run_checks
+from tests.series.core_v0_5_0.child import run_checks
 
 pytest.importorskip("torch")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.child import run_checks
+from tests.series.core_v0_5_0.child import run_checks
 
 # Max abs error of the probabilities, and max error of the input gradient relative to its
 # largest value, against an fp32 reference: the output rounding of each dtype.

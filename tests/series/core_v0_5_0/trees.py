@@ -20,18 +20,20 @@ import pytest
 
 from rocmpatch import gitcmd
 from rocmpatch.patching import apply_series, files_under, read_from_mapping
-from rocmpatch.series import LoadedSeries, load, locate
+from rocmpatch.series import LoadedSeries, find_patchsets, load
 from rocmpatch.trees import SeriesApplier
 
-ROOT = Path(__file__).resolve().parents[2]
-PATCHSETS = ROOT / "patchsets"
+ROOT = Path(__file__).resolve().parents[3]
+RELEASE = "core_v0.5.0"
+PATCHSETS = ROOT / "patchsets" / RELEASE  # this release's folder
 CORE = ("megatron/core/",)
 
 
 @functools.cache
 def loaded_series() -> LoadedSeries:
     """patchsets/series.yaml with every patch parsed, and upstream.lock."""
-    return load(locate(PATCHSETS))
+    patchsets, release = find_patchsets(PATCHSETS)
+    return load(patchsets.location(release))
 
 
 def pin_commit() -> str:

@@ -1,0 +1,29 @@
+"""`rocmpatch releases`: what each release folder pins and where its patched tree was validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from rocmpatch.console import emit_json, out
+from rocmpatch.errors import ExitCode
+from rocmpatch.releases import release_summaries
+from rocmpatch.schema import PLATFORMS
+from rocmpatch.series import find_patchsets
+
+
+def run(*, series_dir: Path | None, as_json: bool) -> ExitCode:
+    patchsets, _ = find_patchsets(series_dir)
+    summaries = release_summaries(patchsets)
+    if as_json:
+        emit_json({"patchsets": str(patchsets.root), "lock": str(patchsets.lock_path), "releases": [s.to_json() for s in summaries]})
+        return ExitCode.OK
+    table = Table("release", "upstream ref", "commit", "date", "patches", "validated on (cpu, rocm, cuda)", title=f"releases in {patchsets.root}", title_justify="left")
+    for summary in summaries:
+        latest = {v.platform: v.date for v in sorted(summary.validated, key=lambda v: v.date)}
+        places = ", ".join(f"{p} {latest[p]}" for p in PLATFORMS if p in latest) or "nowhere yet"
+        table.add_row(summary.name + (" (newest)" if summary.newest else ""), summary.ref or "-", (summary.commit or "not locked")[:12],
+                      (summary.date or "-")[:10], str(summary.patches), places)
+    out.print(table)
+    return ExitCode.OK

@@ -1,0 +1,158 @@
+"""Which release a command works on: asked for, detected from the target, or the newest.
+
+- `--release NAME` (or ROCMPATCH_RELEASE) names a folder in patchsets/;
+- an existing target says which release it is: its history sits on one release's pinned commit
+  (the base below the rocmpatch commits, or an ancestor of HEAD when the user committed on top),
+  so apply, verify, status, unapply and smoke never need the flag, and a flag that disagrees with
+  the target is refused;
+- otherwise (a new target, check, fetch, drift, ...) the newest release in upstream.lock, and the
+  command says so.
+A release is data (a folder and a lock entry); nothing here knows any release by name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmpatch.errors import InvalidInput, TargetRefused, UsageError
+from rocmpatch.series import Location, Patchsets, find_patchsets
+
+RELEASE_VARIABLE = "ROCMPATCH_RELEASE"
+
+ASKED, DETECTED, NEWEST, ONLY = "asked", "detected", "newest", "only"
+
+
+@dataclass(frozen=True)
+class Choice:
+    location: Location
+    how: str  # asked | detected | newest | only
+    detail: str = ""  # for detected: what in the target said so
+
+    @property
+    def release(self) -> str:
+        return self.location.release
+
+    def describe(self) -> str:
+        """One line for stderr, or '' when the user named the release."""
+        if self.how == NEWEST:
+            return f"release {self.release}: the newest in {self.location.lock_path.name} (--release NAME to choose another)"
+        if self.how == DETECTED:
+            return f"release {self.release}: {self.detail}"
+        return ""
+
+
+def choose(series_dir: Path | None, requested: str | None, *, target: Path | None = None) -> Choice:
+    """The release to use, given --series-dir, --release and (for commands on a checkout) the target."""
+    patchsets, named_by_dir = find_patchsets(series_dir)
+    requested = requested or os.environ.get(RELEASE_VARIABLE) or None
+    if requested and named_by_dir and requested != named_by_dir:
+        raise UsageError(f"--series-dir names release {named_by_dir}, --release says {requested}", hint="give one of them")
+    requested = requested or named_by_dir
+    available = patchsets.releases()
+    if requested is not None and requested not in available:
+        raise UsageError(f"no release {requested!r} in {patchsets.root}", hint=_listing(available))
+    detected = detect(patchsets, target) if target is not None else None
+    if detected is not None:
+        release, detail = detected
+        if requested is not None and requested != release:
+            raise UsageError(f"{target} is release {release} ({detail}), not {requested}",
+                             hint="drop --release (the target's release is used), or give another --target")
+        return Choice(patchsets.location(release), ASKED if requested else DETECTED, detail)
+    if requested is not None:
+        return Choice(patchsets.location(requested), ASKED)
+    return _default(patchsets, available)
+
+
+def every(series_dir: Path | None, requested: str | None) -> list[Location]:
+    """The releases a project-wide command (check, lock) covers: the one asked for, else all."""
+    patchsets, named_by_dir = find_patchsets(series_dir)
+    requested = requested or os.environ.get(RELEASE_VARIABLE) or named_by_dir
+    if requested:
+        return [choose(series_dir, requested).location]
+    available = patchsets.releases()
+    if not available:
+        raise InvalidInput(patchsets.root, "holds no release folder with a series.yaml", hint="see docs/adding-a-release.md")
+    return [patchsets.location(name) for name in available]
+
+
+def _default(patchsets: Patchsets, available: list[str]) -> Choice:
+    if not available:
+        raise InvalidInput(patchsets.root, "holds no release folder with a series.yaml", hint="see docs/adding-a-release.md")
+    if len(available) == 1:
+        return Choice(patchsets.location(available[0]), ONLY)
+    lock_file = patchsets.lock_file()
+    pinned = {name: lock for name, lock in (lock_file.releases.items() if lock_file else ()) if name in available}
+    if not pinned:
+        raise UsageError(f"{patchsets.root} holds several releases and {patchsets.lock_path} pins none of them", hint=_listing(available))
+    newest = max(pinned, key=lambda name: (pinned[name].upstream.date, name))
+    return Choice(patchsets.location(newest), NEWEST)
+
+
+def detect(patchsets: Patchsets, target: Path) -> tuple[str, str] | None:
+    """(release, why) for an existing git checkout based on one release's pin; None for a new target.
+
+    A checkout based on no pinned commit is refused here, naming what it is based on."""
+    from rocmpatch import gitcmd, history
+
+    if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+        return None
+    if not (target / ".git").exists():
+        return None  # not a checkout: the command itself says so with its own message
+    lock_file = patchsets.lock_file()
+    if lock_file is None:
+        return None
+    pins = {lock.upstream.commit: name for name, lock in lock_file.releases.items()}
+    repo = gitcmd.open_repo(target)
+    state = history.read(repo)
+    if state.base in pins:
+        count = len(state.applied)
+        return pins[state.base], f"{target} is based on its pin {state.base[:12]} with {count} patch(es) applied"
+    if state.head is None:
+        return None
+    for commit, name in pins.items():
+        if gitcmd.has_object(repo, commit) and gitcmd.is_ancestor(repo, commit, state.head):
+            return name, f"{target}'s HEAD descends from its pin {commit[:12]}"
+    return None
+
+
+def _listing(available: list[str]) -> str:
+    return f"releases here: {', '.join(available)}" if available else "no release folder found"
+
+
+@dataclass(frozen=True)
+class ReleaseSummary:
+    name: str
+    ref: str | None
+    commit: str | None
+    date: str | None
+    patches: int
+    validated: tuple  # schema.Validation records
+    newest: bool
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "ref": self.ref, "commit": self.commit, "date": self.date, "patches": self.patches,
+            "newest": self.newest,
+            "validated": [{"platform": v.platform, "date": v.date, "hardware": v.hardware, "what": v.what} for v in self.validated],
+        }
+
+
+def release_summaries(patchsets: Patchsets) -> list[ReleaseSummary]:
+    """Each release folder with its lock entry (if any) and its release.yaml validation records."""
+    from rocmpatch.schema import load_release_info, load_series
+
+    lock_file = patchsets.lock_file()
+    pinned = lock_file.releases if lock_file else {}
+    newest = lock_file.newest() if lock_file else None
+    summaries = []
+    for name in patchsets.releases():
+        location = patchsets.location(name)
+        lock = pinned.get(name)
+        up = lock.upstream if lock else None
+        summaries.append(ReleaseSummary(
+            name, up.ref if up else None, up.commit if up else None, up.date if up else None,
+            len(load_series(location.series_dir).entries), load_release_info(location.series_dir).validated, name == newest,
+        ))
+    return sorted(summaries, key=lambda s: (s.date or "", s.name))
