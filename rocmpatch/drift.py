@@ -82,9 +82,15 @@ class DriftReport:
     def ok(self) -> bool:
         return all(p.ok for p in self.patches)
 
+    @property
+    def from_on_ref(self) -> bool:
+        """Whether the pin is on TO's history; a release tag on a release branch is not."""
+        return self.base == self.from_commit
+
     def to_json(self) -> dict:
         data = asdict(self)
         data["ok"] = self.ok
+        data["from_on_ref"] = self.from_on_ref
         return data
 
 

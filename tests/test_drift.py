@@ -24,6 +24,7 @@ def by_name(report):
 def test_walk_starts_at_the_merge_base_of_pin_and_ref(report, history):
     assert report.base == history.commits["root"]
     assert report.from_commit == history.pin
+    assert report.from_on_ref is False and report.to_json()["from_on_ref"] is False  # the pin is on a release branch
     assert report.to.id == history.commits["m7"]
     assert report.commits == 7  # m1, m2, m3 (merge), m4..m7 and nothing from the side branch
     assert report.candidates == 6  # m1 only touches README

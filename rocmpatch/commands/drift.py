@@ -39,8 +39,11 @@ def _endpoints(pin: str, ref: str | None, span: str | None) -> tuple[str, str]:
 
 
 def _summary(report: drift.DriftReport) -> str:
+    where = "" if report.from_on_ref else (
+        f"the pin {report.from_commit[:12]} is not on {report.to_ref}'s history (a release branch): "
+        f"{len(report.release_commits)} release-branch commit(s) since the merge base touch the series; ")
     return (
-        f"walked {report.commits} commits on {report.to_ref}'s first-parent line from the merge base "
+        f"{where}walked {report.commits} commits on {report.to_ref}'s first-parent line from the merge base "
         f"{report.base[:12]} with {report.from_commit[:12]}; {report.candidates} touch the series; {report.seconds:.1f} s"
     )
 

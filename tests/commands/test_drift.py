@@ -32,6 +32,8 @@ def test_json_names_the_breaking_commits_and_exits_1(setup):
     assert patches["mod"]["moved_to"] == "new/mod.py"
     assert patches["gamma"]["state"] == "obsolete"
     assert patches["beta"]["state"] == "applies"
+    assert data["from_on_ref"] is False and data["base"] == setup.commits["root"]
+    assert "is not on main's history (a release branch)" in result.stderr
 
 
 def test_exit_0_when_every_patch_applies_at_the_tip(setup, tmp_path):

@@ -30,7 +30,8 @@ def test_workflow_commands_against_a_throwaway_upstream(tmp_path, monkeypatch):
     history = make_history(tmp_path)
     write_project(history, tmp_path / "project", "https://example.invalid/upstream.git")
     monkeypatch.setenv("ROCMPATCH_UPSTREAM_URL", f"file://{history.repo}")
-    monkeypatch.setenv("ROCMPATCH_SERIES_DIR", str(history.series_dir))
+    monkeypatch.setenv("ROCMPATCH_SERIES_DIR", str(history.series_dir.parent))
+    monkeypatch.setenv("ROCMPATCH_RELEASE", history.series_dir.name)  # what the matrix sets
     monkeypatch.chdir(tmp_path)
     commands = rocmpatch_commands()
     assert [c[:2] for c in commands] == [["rocmpatch", "lock"], ["rocmpatch", "check"], ["rocmpatch", "drift"]]
@@ -46,3 +47,11 @@ def test_workflow_commands_against_a_throwaway_upstream(tmp_path, monkeypatch):
     summary = tmp_path / "summary.md"
     subprocess.run(["bash", "-c", publish["run"]], check=True, cwd=tmp_path, env={"GITHUB_STEP_SUMMARY": str(summary), "PATH": "/usr/bin:/bin"})
     assert summary.read_text() == report
+
+
+def test_the_matrix_has_one_job_per_release_folder():
+    data = yaml.safe_load(WORKFLOW.read_text())
+    job = data["jobs"]["drift"]
+    assert job["env"]["ROCMPATCH_RELEASE"] == "${{ matrix.release }}"
+    folders = sorted(p.parent.name for p in (WORKFLOW.parents[2] / "patchsets").glob("*/series.yaml"))
+    assert sorted(job["strategy"]["matrix"]["release"]) == folders
