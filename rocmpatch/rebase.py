@@ -26,12 +26,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import git
+import yaml
 
-from rocmpatch import gitcmd
-from rocmpatch.errors import Busy, CheckFailed, InvalidInput, PatchConflict, RocmpatchError, TargetRefused
+from rocmpatch import gitcmd, locking
+from rocmpatch.errors import (
+    Busy,
+    CheckFailed,
+    InvalidInput,
+    PatchConflict,
+    RocmpatchError,
+    TargetRefused,
+)
 from rocmpatch.files import replace_file
 from rocmpatch.gitcmd import Identity
-from rocmpatch.series import LoadedPatch
+from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
+from rocmpatch.series import LoadedPatch, LoadedSeries, Location, loaded_patch
 from rocmpatch.trees import SeriesApplier
 
 STATE_NAME = "rocmpatch-rebase"
@@ -270,3 +279,51 @@ def _load(project: Path, release: str) -> tuple[Path, State]:
     data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
     data.setdefault("into", None)
     return directory, State(**data)
+
+
+def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
+    """Write the refreshed patches, drop obsolete ones, and pin the new commit in upstream.lock:
+    into the release's own folder, or (--into) into a new release folder, leaving the old one as it was.
+
+    The lock is computed (the refreshed series applied exactly to the new commit) before any file
+    is written, so a failure here leaves the project as it was."""
+    destination = loaded.location.patchsets.location(finished.into) if finished.into else loaded.location
+    kept = [
+        loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), destination.series_dir / patch.entry.file)
+        for patch in loaded.patches
+        if (text := finished.texts[patch.name]) is not None
+    ]
+    new_series = Series(destination.series_dir, tuple(p.entry for p in kept))
+    new_loaded = LoadedSeries(destination, new_series, tuple(kept), loaded.lock)
+    new_lock = locking.compute(new_loaded, locking.Pin(ref=finished.onto_ref, commit=finished.onto), url_override=finished.url)
+    if new_lock.patched_tree != finished.tree:
+        raise CheckFailed(f"the refreshed series gives tree {new_lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
+    dropped = {p.name for p in loaded.patches if finished.texts[p.name] is None}
+    series_text = without_entries((loaded.series.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
+    destination.series_dir.mkdir(parents=True, exist_ok=True)
+    for patch in kept:
+        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
+    if dropped or finished.into:
+        replace_file(destination.series_dir / SERIES_FILE, series_text.encode("utf-8"))
+    if not finished.into:
+        for patch in loaded.patches:
+            if patch.name in dropped:
+                patch.path.unlink()
+    locking.write(destination, new_lock)
+    return destination
+
+
+def without_entries(text: str, names: set[str]) -> str:
+    """series.yaml with the entries named `names` cut out, everything else (comments too) kept."""
+    if not names:
+        return text
+    root = yaml.compose(text, Loader=YAML_LOADER)
+    items = dict((k.value, v) for k, v in root.value)["series"].value
+    lines = text.splitlines(keepends=True)
+    cut: set[int] = set()
+    for index, item in enumerate(items):
+        name = dict((k.value, v.value) for k, v in item.value).get("name")
+        if name in names:
+            end = items[index + 1].start_mark.line if index + 1 < len(items) else item.end_mark.line + (item.end_mark.column > 0)
+            cut.update(range(item.start_mark.line, end))
+    return "".join(line for number, line in enumerate(lines) if number not in cut)

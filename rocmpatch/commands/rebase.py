@@ -2,15 +2,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from rich.table import Table
 
-from rocmpatch import locking, rebase, series, store
-from rocmpatch.console import err, out
+from rocmpatch import rebase, series, store
 from rocmpatch.commands import selected
-from rocmpatch.errors import CheckFailed, ExitCode, TargetRefused, UsageError
-from rocmpatch.files import replace_file
-from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series, is_release_name
+from rocmpatch.console import err, out
+from rocmpatch.errors import ExitCode, TargetRefused, UsageError
+from rocmpatch.schema import is_release_name
 
 
 def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None,
@@ -43,7 +41,7 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     if isinstance(result, rebase.Stopped):
         _explain(result, location.release)
         return ExitCode.PATCH_CONFLICT
-    written = write_results(loaded, result)
+    written = rebase.write_results(loaded, result)
     rebase.finish(project, location.release)
     out.print(f"{written.release}: the series now applies to {result.onto_ref} ({result.onto[:12]}); "
               f"patch files in {written.series_dir} and its entry in {written.lock_path.name} written", markup=False)
@@ -84,51 +82,3 @@ def _explain(stopped: rebase.Stopped, release: str) -> None:
     err.print(f"  resolve the conflict markers in {stopped.worktree} (git diff HEAD there shows the patch so far),", markup=False)
     err.print(f"  then run 'rocmpatch rebase --continue'; or 'rocmpatch rebase --abort' to change nothing"
               f" (add --release {release} while another release's rebase is also stopped).", markup=False)
-
-
-def write_results(loaded: series.LoadedSeries, finished: rebase.Finished) -> series.Location:
-    """Write the refreshed patches, drop obsolete ones, and pin the new commit in upstream.lock:
-    into the release's own folder, or (--into) into a new release folder, leaving the old one as it was.
-
-    The lock is computed (the refreshed series applied exactly to the new commit) before any file
-    is written, so a failure here leaves the project as it was."""
-    destination = loaded.location.patchsets.location(finished.into) if finished.into else loaded.location
-    kept = [
-        series.loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), destination.series_dir / patch.entry.file)
-        for patch in loaded.patches
-        if (text := finished.texts[patch.name]) is not None
-    ]
-    new_series = Series(destination.series_dir, tuple(p.entry for p in kept))
-    new_loaded = series.LoadedSeries(destination, new_series, tuple(kept), loaded.lock)
-    new_lock = locking.compute(new_loaded, locking.Pin(ref=finished.onto_ref, commit=finished.onto), url_override=finished.url)
-    if new_lock.patched_tree != finished.tree:
-        raise CheckFailed(f"the refreshed series gives tree {new_lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
-    dropped = {p.name for p in loaded.patches if finished.texts[p.name] is None}
-    series_text = without_entries((loaded.series.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
-    destination.series_dir.mkdir(parents=True, exist_ok=True)
-    for patch in kept:
-        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
-    if dropped or finished.into:
-        replace_file(destination.series_dir / SERIES_FILE, series_text.encode("utf-8"))
-    if not finished.into:
-        for patch in loaded.patches:
-            if patch.name in dropped:
-                patch.path.unlink()
-    locking.write(destination, new_lock)
-    return destination
-
-
-def without_entries(text: str, names: set[str]) -> str:
-    """series.yaml with the entries named `names` cut out, everything else (comments too) kept."""
-    if not names:
-        return text
-    root = yaml.compose(text, Loader=YAML_LOADER)
-    items = dict((k.value, v) for k, v in root.value)["series"].value
-    lines = text.splitlines(keepends=True)
-    cut: set[int] = set()
-    for index, item in enumerate(items):
-        name = dict((k.value, v.value) for k, v in item.value).get("name")
-        if name in names:
-            end = items[index + 1].start_mark.line if index + 1 < len(items) else item.end_mark.line + (item.end_mark.column > 0)
-            cut.update(range(item.start_mark.line, end))
-    return "".join(line for number, line in enumerate(lines) if number not in cut)
