@@ -66,7 +66,9 @@ class CpuRngTracker:
     forks = 0
 
 
-def setup(workdir: Path):
+def setup(workdir: Path, device: str = "cpu"):
+    """One-rank gloo group and, on the CPU, the stand-ins above (bench/bench_attention.py runs
+    this on a GPU too, with Megatron's own RNG tracker and memory buffer)."""
     global torch, F, DotProductAttention, TransformerConfig, AttnBackend, AttnMaskType, PGS, TRACKER, dpa_module
     import torch
     import torch.nn.functional as F
@@ -84,6 +86,14 @@ def setup(workdir: Path):
     from megatron.core.utils import GlobalMemoryBuffer
 
     DotProductAttention = dpa_module.DotProductAttention
+    PGS = ProcessGroupCollection()
+    PGS.tp = dist.group.WORLD
+    if device != "cpu":
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+        parallel_state._set_global_memory_buffer()
+        model_parallel_cuda_manual_seed(1234, tp_rank=0, ep_rank=0, etp_rank=0)
+        return
 
     class CpuMemoryBuffer(GlobalMemoryBuffer):
         def get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):
@@ -100,8 +110,6 @@ def setup(workdir: Path):
     TRACKER.add("model-parallel-rng", 1234)
     mp_random._CUDA_RNG_STATE_TRACKER = TRACKER
     mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
-    PGS = ProcessGroupCollection()
-    PGS.tp = dist.group.WORLD
 
 
 def make(backend="auto", heads=4, groups=4, kv=16, mask_type=None, dtype=None, layer=1, dropout=0.0, **extra):
@@ -119,11 +127,11 @@ def make(backend="auto", heads=4, groups=4, kv=16, mask_type=None, dtype=None, l
     return module
 
 
-def inputs(sq, sk, b, heads, groups, kv, dtype, seed=1):
+def inputs(sq, sk, b, heads, groups, kv, dtype, seed=1, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(sq, b, heads, kv, generator=gen).to(dtype).requires_grad_()
-    k = torch.randn(sk, b, groups, kv, generator=gen).to(dtype).requires_grad_()
-    v = torch.randn(sk, b, groups, kv, generator=gen).to(dtype).requires_grad_()
+    q = torch.randn(sq, b, heads, kv, generator=gen).to(device, dtype).requires_grad_()
+    k = torch.randn(sk, b, groups, kv, generator=gen).to(device, dtype).requires_grad_()
+    v = torch.randn(sk, b, groups, kv, generator=gen).to(device, dtype).requires_grad_()
     return q, k, v
 
 
