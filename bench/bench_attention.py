@@ -35,7 +35,12 @@ def build_tree(dest: Path) -> Path:
     sys.path.insert(0, str(ROOT))
     from rocmpatch.patching import apply_series, read_from_mapping
     from tests.megatron_wheel import megatron_core_files
-    from tests.series.core_v0_19_0.test_attention import PATCH, RELEASE, series_through, wheel_part
+    from tests.series.core_v0_19_0.test_attention import (
+        PATCH,
+        RELEASE,
+        series_through,
+        wheel_part,
+    )
     from tests.series.trees import write_files
 
     files = megatron_core_files(RELEASE)
@@ -115,7 +120,7 @@ def run_point(args: argparse.Namespace, tree: Path, seq: int, backend: str) -> d
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
         raise SystemExit(f"point seq={seq} {backend} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

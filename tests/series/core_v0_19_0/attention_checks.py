@@ -113,12 +113,12 @@ def setup(workdir: Path, device: str = "cpu"):
 
 
 def make(backend="auto", heads=4, groups=4, kv=16, mask_type=None, dtype=None, layer=1, dropout=0.0, **extra):
-    cfg = dict(
-        num_layers=4, hidden_size=heads * kv, num_attention_heads=heads, num_query_groups=groups,
-        kv_channels=kv, attention_dropout=dropout, attention_backend=getattr(AttnBackend, backend),
-        bf16=dtype == "bf16", params_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32,
-    )
-    cfg.update(extra)
+    cfg = {
+        "num_layers": 4, "hidden_size": heads * kv, "num_attention_heads": heads, "num_query_groups": groups,
+        "kv_channels": kv, "attention_dropout": dropout, "attention_backend": getattr(AttnBackend, backend),
+        "bf16": dtype == "bf16", "params_dtype": torch.bfloat16 if dtype == "bf16" else torch.float32,
+        **extra,
+    }
     softmax_scale = cfg.pop("softmax_scale", None)
     module = DotProductAttention(
         TransformerConfig(**cfg), layer_number=layer, attn_mask_type=mask_type or AttnMaskType.causal,
