@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.core_v0_5_0.child import run_checks
+from tests.series.child import run_checks
 
 pytest.importorskip("torch")
 
@@ -50,7 +50,7 @@ def group_results(group, request, part2_results, tmp_path_factory) -> dict[str, 
     """{check: {"ok", "detail"}} of `group`, run on its tree on first use."""
     if group not in part2_results:
         tree = request.getfixturevalue(GROUPS[group][0])
-        part2_results[group] = run_checks("part2_checks", group, tree, tmp_path_factory.mktemp(f"part2-{group}"))
+        part2_results[group] = run_checks("core_v0_5_0.part2_checks", group, tree, tmp_path_factory.mktemp(f"part2-{group}"))
     return part2_results[group]
 
 

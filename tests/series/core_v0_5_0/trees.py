@@ -22,6 +22,7 @@ from rocmpatch import gitcmd
 from rocmpatch.patching import apply_series, files_under, read_from_mapping
 from rocmpatch.series import LoadedSeries, find_patchsets, load
 from rocmpatch.trees import SeriesApplier
+from tests.series.trees import write_files
 
 ROOT = Path(__file__).resolve().parents[3]
 RELEASE = "core_v0.5.0"
@@ -39,18 +40,6 @@ def loaded_series() -> LoadedSeries:
 def pin_commit() -> str:
     # Whether the lock's sha256s are up to date is `rocmpatch check`'s test (test_full_tree.py).
     return loaded_series().lock.upstream.commit
-
-
-def write_files(dest: Path, files: Mapping[str, bytes | None], executable: frozenset[str] = frozenset()) -> Path:
-    for path, data in files.items():
-        if data is None:  # deleted by the series
-            continue
-        target = dest / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        if path in executable:
-            target.chmod(0o755)
-    return dest
 
 
 def patched_core_tree(wheel_core_files: Mapping[str, bytes], dest: Path) -> Path:

@@ -1,9 +1,9 @@
 """Series checks on a Megatron tree, each group in a fresh process: both sides of that process.
 
 The test calls run_checks(module, group, tree, workdir), which runs
-`python -m tests.series.core_v0_5_0.child MODULE GROUP TREE OUT`: the child refuses NVIDIA-only packages before
+`python -m tests.series.child MODULE GROUP TREE OUT`: the child refuses NVIDIA-only packages before
 anything is imported (so no result depends on what this machine happens to have installed), puts
-TREE first on sys.path, runs tests.series.MODULE.run(GROUP) and writes its JSON result to OUT.
+TREE first on sys.path, runs tests.series.MODULE.run(GROUP) (MODULE such as core_v0_5_0.part1_checks) and writes its JSON result to OUT.
 A fresh process per group keeps pristine and patched trees apart in sys.modules, keeps a hard
 crash or a process group out of pytest, and the test process never imports Megatron.
 """
@@ -20,19 +20,19 @@ from pathlib import Path
 
 from rocmpatch.smoke.child import NVIDIA_ONLY, put_target_first
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 # What a parent torchrun, a CUDA setup or a developer's shell would otherwise pass down.
 INHERITED = ("PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_")
 
 
 def run_checks(module: str, group: str, tree: Path, workdir: Path, timeout: int = 600) -> dict:
     """Run one group of tests/series/MODULE.py against tree, in workdir: its JSON result."""
-    out = workdir / f"{module}-{group}.json"
+    out = workdir / f"{module.replace('.', '-')}-{group}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
     # rocmpatch and tests import from ROOT; the child puts the tree before it.
     env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.series.core_v0_5_0.child", module, group, str(tree), str(out)],
+        [sys.executable, "-m", "tests.series.child", module, group, str(tree), str(out)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout,
     )
     if not out.exists():
@@ -56,7 +56,7 @@ def main() -> None:
     module, group, tree, out = sys.argv[1:5]
     sys.meta_path.insert(0, BlockNvidiaOnly())
     put_target_first(tree)
-    result = importlib.import_module(f"tests.series.core_v0_5_0.{module}").run(group)
+    result = importlib.import_module(f"tests.series.{module}").run(group)
     Path(out).write_text(json.dumps(result))
 
 
