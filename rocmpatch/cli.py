@@ -174,5 +174,16 @@ def smoke(
     _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=json, series_dir=series_dir)
 
 
+@app.command()
+def env(
+    json: JsonOption = False,
+    export: Annotated[bool, typer.Option("--export", help="Print the recommendations as `export NAME=value` shell lines.")] = False,
+) -> None:
+    """Recommend environment variables for Megatron-LM training on this node's GPUs and network."""
+    from rocmpatch.commands.env import run
+
+    _run(run, as_json=json, export=export)
+
+
 def main() -> None:
     app(prog_name="rocmpatch")
