@@ -185,5 +185,23 @@ def env(
     _run(run, as_json=json, export=export)
 
 
+@app.command()
+def preflight(
+    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="Processes (GPUs) per node [every visible GPU with --run, else 8].")] = None,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Number of nodes.")] = 1,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Print the `srun torchrun` line for a Slurm allocation.")] = False,
+    launch: Annotated[bool, typer.Option("--run", help="Start it on this node now (torchrun --standalone) instead of printing the line.")] = False,
+    device: Annotated[Literal["auto", "gpu", "cpu"], typer.Option("--device", help="auto: the GPUs of this torch build, else the CPU with gloo.")] = "auto",
+    min_of_median: Annotated[Optional[float], typer.Option("--min-of-median", help="Slow: under this share of the median [0.5].")] = None,
+    min_of_peak: Annotated[Optional[float], typer.Option("--min-of-peak", help="Slow: GEMM under this share of the GPU's bf16 peak [0.25].")] = None,
+    min_busbw: Annotated[Optional[float], typer.Option("--min-busbw", metavar="GBPS", help="Slow: all-reduce bus bandwidth under this (GB/s).")] = None,
+) -> None:
+    """Print how to launch the GEMM and all-reduce preflight for N nodes (or --run it here); exit 1 if a rank or node is slow."""
+    from rocmpatch.commands.preflight import run
+
+    _run(run, gpus=gpus, nodes=nodes, slurm=slurm, launch=launch, device=device,
+         min_of_median=min_of_median, min_of_peak=min_of_peak, min_busbw=min_busbw)
+
+
 def main() -> None:
     app(prog_name="rocmpatch")
