@@ -194,5 +194,73 @@ def releases(series_dir: SeriesDirOption = None, json: JsonOption = False) -> No
     _run(run, series_dir=series_dir, as_json=json)
 
 
+@app.command()
+def env(
+    json: JsonOption = False,
+    export: Annotated[bool, typer.Option("--export", help="Print the recommendations as `export NAME=value` shell lines.")] = False,
+) -> None:
+    """Recommend environment variables for Megatron-LM training on this node's GPUs and network."""
+    from rocmpatch.commands.env import run
+
+    _run(run, as_json=json, export=export)
+
+
+@app.command()
+def preflight(
+    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="Processes (GPUs) per node [every visible GPU with --run, else 8].")] = None,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Number of nodes.")] = 1,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Print the `srun torchrun` line for a Slurm allocation.")] = False,
+    launch: Annotated[bool, typer.Option("--run", help="Start it on this node now (torchrun --standalone) instead of printing the line.")] = False,
+    device: Annotated[Literal["auto", "gpu", "cpu"], typer.Option("--device", help="auto: the GPUs of this torch build, else the CPU with gloo.")] = "auto",
+    min_of_median: Annotated[Optional[float], typer.Option("--min-of-median", help="Slow: under this share of the median [0.5].")] = None,
+    min_of_peak: Annotated[Optional[float], typer.Option("--min-of-peak", help="Slow: GEMM under this share of the GPU's bf16 peak [0.25].")] = None,
+    min_busbw: Annotated[Optional[float], typer.Option("--min-busbw", metavar="GBPS", help="Slow: all-reduce bus bandwidth under this (GB/s).")] = None,
+) -> None:
+    """Print how to launch the GEMM and all-reduce preflight for N nodes (or --run it here); exit 1 if a rank or node is slow."""
+    from rocmpatch.commands.preflight import run
+
+    _run(run, gpus=gpus, nodes=nodes, slurm=slurm, launch=launch, device=device,
+         min_of_median=min_of_median, min_of_peak=min_of_peak, min_busbw=min_busbw)
+
+
+recipe_app = typer.Typer(help="Training recipes for the newest release: list, show, launch.", no_args_is_help=True)
+app.add_typer(recipe_app, name="recipe")
+
+
+@recipe_app.command("list")
+def recipe_list(json: JsonOption = False) -> None:
+    """List the recipes and their layouts."""
+    from rocmpatch.commands.recipe import run_list
+
+    _run(run_list, as_json=json)
+
+
+@recipe_app.command("show")
+def recipe_show(name: Annotated[str, typer.Argument(help="A recipe name from `rocmpatch recipe list`.")], json: JsonOption = False) -> None:
+    """Show a recipe's arguments, layouts and memory estimate per GPU."""
+    from rocmpatch.commands.recipe import run_show
+
+    _run(run_show, name=name, as_json=json)
+
+
+@recipe_app.command("launch")
+def recipe_launch(
+    name: Annotated[str, typer.Argument(help="A recipe name from `rocmpatch recipe list`.")],
+    target: TargetOption,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")] = 8,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Number of nodes.")] = 1,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Start with `srun torchrun` inside a Slurm allocation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command line; run nothing.")] = False,
+    data_path: Annotated[Optional[str], typer.Option("--data-path", metavar="PREFIX", help="Preprocessed data prefix [$DATA_PATH].")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", metavar="MODEL", help="Hugging Face tokenizer name or path [$TOKENIZER_MODEL].")] = None,
+    mock_data: Annotated[bool, typer.Option("--mock-data", help="Synthetic data and a NullTokenizer: no files needed.")] = False,
+) -> None:
+    """Start (or with --dry-run print) torchrun TARGET/pretrain_gpt.py with a recipe's layout for --gpus x --nodes."""
+    from rocmpatch.commands.recipe import run_launch
+
+    _run(run_launch, name=name, target=target, gpus=gpus, nodes=nodes, slurm=slurm, dry_run=dry_run,
+         data_path=data_path, tokenizer=tokenizer, mock_data=mock_data)
+
+
 def main() -> None:
     app(prog_name="rocmpatch")

@@ -1,0 +1,202 @@
+"""Which environment variables to export for Megatron-LM training on a machine, and why.
+
+Each rule names where its value comes from; docs/environment.md has the same table with the sources.
+Values are documented facts (AMD's Primus launcher defaults, the ROCm and NCCL docs, upstream
+Megatron-LM's own checks), never guesses; the network values are read from the node itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocmpatch.env.facts import Machine
+from rocmpatch.env.network import Network, read_network
+
+# Instinct GPUs AMD's Primus launcher tunes for (MI300X, MI325X: gfx942; MI350X, MI355X: gfx950).
+MI300_CLASS = ("gfx942", "gfx950")
+RADEON_PREFIXES = ("gfx110", "gfx120")
+ARCH_NAMES = {
+    "gfx942": "Instinct MI300X / MI325X (CDNA 3)",
+    "gfx950": "Instinct MI350X / MI355X (CDNA 4)",
+    "gfx90a": "Instinct MI210 / MI250 / MI250X (CDNA 2)",
+    "gfx1100": "Radeon RX 7900 / PRO W7900 (RDNA 3)",
+    "gfx1101": "Radeon RX 7800 / 7700, PRO W7800 / W7700 (RDNA 3)",
+    "gfx1200": "Radeon RX 9060 (RDNA 4)",
+    "gfx1201": "Radeon RX 9070 / AI PRO R9700 (RDNA 4)",
+}
+
+PRIMUS = "AMD Primus, runner/helpers/envs/base_env.sh"
+FOLKLORE = {
+    "PYTORCH_ROCM_DEVICE": "read by nothing (not by PyTorch, not by ROCm): unset it",
+    "GPU_MAX_HEAP_SIZE": "OpenCL-era ROCclr flag; does not change what PyTorch can allocate",
+    "GPU_MAX_ALLOC_PERCENT": "OpenCL-era ROCclr flag; does not change what PyTorch can allocate",
+}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    name: str
+    value: str
+    why: str
+    source: str
+    scope: str  # "always", "multi-gpu" or "multi-node"
+    current: str | None  # the value in the environment now, None when unset
+
+    @property
+    def status(self) -> str:
+        if self.current is None:
+            return "unset"
+        return "same" if self.current == self.value else "differs"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "value": self.value, "status": self.status, "current": self.current,
+                "scope": self.scope, "why": self.why, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Notice:
+    name: str  # a variable, or "torch" / "network"
+    message: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Advice:
+    machine: Machine
+    network: Network
+    recommendations: tuple[Recommendation, ...]
+    notices: tuple[Notice, ...]
+
+    def to_json(self) -> dict:
+        m = self.machine
+        socket = self.network.socket_interface
+        return {
+            "torch": {"version": m.torch_version, "hip": m.hip_version, "cuda": m.cuda_version, "platform": m.platform},
+            "gpus": [{"index": g.index, "name": g.name, "arch": g.arch, "family": ARCH_NAMES.get(g.arch),
+                      "memory_bytes": g.memory_bytes} for g in m.gpus],
+            "network": {
+                "socket_interface": socket.name if socket else None,
+                "interfaces": [{"name": i.name, "kind": i.kind, "up": i.up, "physical": i.physical, "speed_mbps": i.speed_mbps,
+                                "default_route": i.default_route, "rdma_device": i.rdma_device} for i in self.network.interfaces],
+                "rdma_ports": [{"name": p.name, "active": p.active, "link_layer": p.link_layer, "rate": p.rate,
+                                "roce_v2_ipv4_gid_indices": list(p.roce_v2_ipv4_gids)} for p in self.network.rdma_ports],
+            },
+            "recommendations": [r.to_json() for r in self.recommendations],
+            "notices": [n.to_json() for n in self.notices],
+        }
+
+
+class _Builder:
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.environ = environ
+        self.recommendations: list[Recommendation] = []
+        self.notices: list[Notice] = []
+
+    def recommend(self, name: str, value: str, why: str, source: str, scope: str = "always") -> None:
+        self.recommendations.append(Recommendation(name, value, why, source, scope, self.environ.get(name)))
+
+    def notice(self, name: str, message: str) -> None:
+        self.notices.append(Notice(name, message))
+
+
+def _gpu_part(machine: Machine, b: _Builder) -> None:
+    platform = machine.platform
+    if platform == "none":
+        b.notice("torch", "torch is not installed: GPU recommendations skipped (install the ROCm or CUDA build of PyTorch)")
+        return
+    if platform == "cpu":
+        b.notice("torch", f"torch {machine.torch_version} is a CPU-only build: GPU recommendations skipped")
+        return
+    if not machine.gpus:
+        b.notice("torch", f"torch {machine.torch_version} ({platform}) sees no GPU: check the driver and *_VISIBLE_DEVICES")
+        return
+    archs = machine.archs
+    if len(archs) > 1:
+        b.notice("gpus", f"GPUs of several architectures ({', '.join(archs)}): one job should use one kind")
+    many = len(machine.gpus) > 1
+    if platform == "rocm":
+        if any(a in MI300_CLASS for a in archs):
+            b.recommend("HSA_NO_SCRATCH_RECLAIM", "1",
+                        "the ROCm runtime keeps kernels' scratch memory instead of reclaiming it; AMD sets it against crashes in MoE training",
+                        f"{PRIMUS}; ROCR runtime environment variables")
+            b.recommend("GPU_MAX_HW_QUEUES", "2",
+                        "HIP uses 2 hardware queues per GPU: AMD's setting for steady overlap of compute and RCCL streams",
+                        PRIMUS)
+        b.recommend("TORCH_NCCL_HIGH_PRIORITY", "1",
+                    "PyTorch gives its RCCL streams high priority, so collectives overlapping GEMMs are not starved",
+                    f"{PRIMUS}; PyTorch ProcessGroupNCCL", "multi-gpu" if many else "multi-node")
+        b.recommend("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                    "HIP ignores it, but Megatron-LM core_v0.19.0 validate_args asserts it is 1 with tensor or context parallelism",
+                    f"upstream megatron/training/arguments.py; {PRIMUS}")
+        for arch in archs:
+            if arch.startswith(RADEON_PREFIXES):
+                b.notice("gpus", f"{arch} ({ARCH_NAMES.get(arch, 'Radeon')}): a workstation GPU; use the small recipe, one node, no RDMA")
+            elif arch not in ARCH_NAMES:
+                b.notice("gpus", f"{arch}: not an architecture rocmpatch knows; only the generic recommendations apply")
+        _visible_devices(b)
+        if b.environ.get("HSA_ENABLE_SDMA") == "0":
+            b.notice("HSA_ENABLE_SDMA", "is 0: copies use blit kernels instead of the DMA engines; a workaround for hangs, not a speed-up (docs/environment.md)")
+    else:
+        b.recommend("TORCH_NCCL_HIGH_PRIORITY", "1",
+                    "PyTorch gives its NCCL streams high priority, so collectives overlapping GEMMs are not starved",
+                    "PyTorch ProcessGroupNCCL", "multi-gpu" if many else "multi-node")
+        pre_blackwell = [a for a in archs if a.startswith("sm_") and a[3:].isdigit() and int(a[3:]) < 100]
+        if pre_blackwell:
+            b.recommend("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                        "one CUDA work queue keeps a tensor-parallel collective launched before the GEMM it overlaps; core_v0.19.0 asserts it before Blackwell (sm_100)",
+                        "upstream megatron/training/arguments.py")
+    for name, why in FOLKLORE.items():
+        if name in b.environ:
+            b.notice(name, f"is set: {why}")
+
+
+def _visible_devices(b: _Builder) -> None:
+    env = b.environ
+    hip, cuda, rocr = env.get("HIP_VISIBLE_DEVICES"), env.get("CUDA_VISIBLE_DEVICES"), env.get("ROCR_VISIBLE_DEVICES")
+    if hip is not None and cuda is not None and hip != cuda:
+        b.notice("HIP_VISIBLE_DEVICES", f"HIP_VISIBLE_DEVICES={hip} and CUDA_VISIBLE_DEVICES={cuda} differ: PyTorch takes HIP_VISIBLE_DEVICES; set only one")
+    if rocr is not None and (hip is not None or cuda is not None):
+        b.notice("ROCR_VISIBLE_DEVICES", "set together with HIP/CUDA_VISIBLE_DEVICES: the second filter indexes the GPUs the first left (renumbered from 0); set only one")
+
+
+def _network_part(network: Network, b: _Builder) -> None:
+    socket = network.socket_interface
+    if socket is None:
+        b.notice("network", "no usable interface under /sys/class/net: set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME yourself for multi-node runs")
+    else:
+        how = "carries the default route" if socket.default_route else "is the first physical interface that is up"
+        why = f"{socket.name} {how}: the address other nodes reach this one by"
+        b.recommend("NCCL_SOCKET_IFNAME", socket.name, f"{why} (RCCL/NCCL bootstrap and socket transport)", "AMD ROCm Megatron-LM training guide; NCCL docs", "multi-node")
+        b.recommend("GLOO_SOCKET_IFNAME", socket.name, f"{why} (gloo groups: Megatron's distributed-optimizer checkpointing)", "AMD ROCm Megatron-LM training guide; PyTorch docs", "multi-node")
+    active = network.active_rdma_ports
+    if active:
+        layers = sorted({p.link_layer for p in active})
+        b.recommend("NCCL_IB_HCA", ",".join(p.name for p in active),
+                    f"the {len(active)} active RDMA port(s) of this node ({', '.join(layers)}), so RCCL/NCCL uses every one",
+                    "AMD ROCm Megatron-LM training guide; AMD Primus get_nccl_ib_hca.sh", "multi-node")
+        roce = [p for p in active if p.link_layer.lower() == "ethernet"]
+        if roce:
+            common = set(roce[0].roce_v2_ipv4_gids).intersection(*(set(p.roce_v2_ipv4_gids) for p in roce[1:]))
+            if common:
+                index = min(common)
+                why = f"GID {index} is RoCE v2 with an IPv4 address on every RoCE port here"
+            else:
+                index = 3
+                why = "RoCE ports whose RoCE v2 IPv4 GID could not be read: AMD's default index 3 (check `show_gids`)"
+            b.recommend("NCCL_IB_GID_INDEX", str(index), why, f"{PRIMUS}; sysfs gid_attrs", "multi-node")
+        if b.environ.get("NCCL_IB_DISABLE") == "1":
+            b.notice("NCCL_IB_DISABLE", "is 1 although this node has active RDMA ports: RCCL/NCCL falls back to TCP sockets, far slower")
+    elif network.rdma_ports:
+        b.notice("network", f"RDMA ports found but none ACTIVE ({', '.join(p.name for p in network.rdma_ports)}): check cables and the subnet manager")
+    else:
+        b.notice("network", "no RDMA ports under /sys/class/infiniband: between nodes RCCL/NCCL will use TCP sockets (slow for training)")
+
+
+def advise(machine: Machine) -> Advice:
+    network = read_network(machine.root)
+    builder = _Builder(machine.environ)
+    _gpu_part(machine, builder)
+    _network_part(network, builder)
+    return Advice(machine, network, tuple(builder.recommendations), tuple(builder.notices))

@@ -1,0 +1,5 @@
+import sys
+
+from rocmpatch.preflight.worker import main
+
+sys.exit(main())
