@@ -127,3 +127,19 @@ def test_only_listed_op_checks_run():
     registry = op_checks.REGISTRY
     assert all(check.module_path.startswith("megatron/") for checks in registry.values() for check in checks)
     assert [c.name for c in op_checks.checks(["rope"])] == ["RoPE apply", "RoPE frequencies"]
+
+
+def test_bad_profile_stops_smoke_before_any_stage(tmp_path):
+    from typer.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    directory = release_dir(tmp_path, VALID.replace("rope]", "flash]"))
+    shutil.copy(RELEASE_0_5_0 / "series.yaml", directory / "series.yaml")
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "__init__.py").write_text("")
+    result = CliRunner().invoke(app, ["smoke", "--target", str(tree), "--device", "cpu", "--series-dir", str(directory)])
+    assert result.exit_code == 3, result.output
+    assert "release.yaml:6: smoke.ops[1]: unknown op check 'flash'" in result.output
+    assert "smoke: environment" not in result.output
