@@ -1,9 +1,10 @@
 """Stage 3, ops: the torch-native replacements of the series, on the device, against an fp32 reference.
 
-Each check the release's smoke profile lists (op_checks.py) builds the module the way Megatron does, with fusion requested (so a tree without the
-series reaches for the *_cuda extension and fails here), runs forward and backward in each dtype and
-compares with a plain fp32 computation. Errors are max|out - ref| / max|ref|; the stage reports the
-worst. Only listed checks whose module exists in the target run (a core-only tree has no megatron/model).
+Each check the release's smoke profile lists (op_checks.py) builds the module the way Megatron does,
+with fusion requested (so a tree without the series reaches for the *_cuda extension and fails
+here), runs forward and backward in each dtype and compares with a plain fp32 computation. Errors
+are max|out - ref| / max|ref|; the stage reports the worst. Only listed checks whose module exists in
+the target run (a core-only tree has no megatron/model).
 On CPU a case that reaches upstream code hard-wired to 'cuda' (a tree without the series' cpu-training
 patch) is skipped and named, not failed: the train stage reports that tree's CPU training.
 """
