@@ -11,9 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from rocmpatch.commands import selected
-from rocmpatch.console import emit_json, err, out
+from rocmpatch.console import emit_json, err, note, out
 from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused
 from rocmpatch.smoke import devices
+from rocmpatch.smoke.profile import load_profile, no_profile_reason
 from rocmpatch.smoke.runner import Interrupted, Plan, StageResult, run_stages
 
 DEVICES = ("auto", "rocm", "cuda", "cpu")
@@ -38,8 +39,11 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
     if importlib.util.find_spec("torch") is None:
         raise EnvironmentProblem("smoke needs PyTorch, which is not installed in this Python",
                                  hint=devices.ROCM_INSTALL)
-    plan = Plan(target=target, device=device, gpus=gpu_list, train_iters=train_iters,
-                series=selected(series_dir, release, target=target))
+    location = selected(series_dir, release, target=target)
+    plan = Plan(target=target, device=device, gpus=gpu_list, train_iters=train_iters, series=location,
+                profile=load_profile(location.series_dir))  # a bad profile stops here, before any stage
+    if plan.profile is None:
+        note(no_profile_reason(location.release) + ": running environment and collectives only")
     if timeouts:
         plan.timeouts.update(timeouts)
 
@@ -65,6 +69,7 @@ def report(plan: Plan, results: list[StageResult], ok: bool) -> dict[str, Any]:
     environment = next((r for r in results if r.name == "environment"), None)
     return {
         "target": str(plan.target),
+        "release": plan.release,
         "device": plan.device,
         "platform": environment.extra.get("platform") if environment else None,
         "gpus": plan.gpus,
@@ -74,7 +79,7 @@ def report(plan: Plan, results: list[StageResult], ok: bool) -> dict[str, Any]:
 
 
 def render(plan: Plan, results: list[StageResult]) -> None:
-    table = Table("stage", "status", "seconds", "detail", title=f"rocmpatch smoke {plan.target}",
+    table = Table("stage", "status", "seconds", "detail", title=f"rocmpatch smoke {plan.target} ({plan.release or 'no release'})",
                   title_justify="left")
     for result in results:
         table.add_row(result.name, Text(result.status, style=STYLE[result.status]), f"{result.seconds:.1f}",

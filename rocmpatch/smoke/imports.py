@@ -1,7 +1,9 @@
 """Stage 2, import: the patched tree's training entry modules import, and nothing NVIDIA-only loads.
 
-The target goes first on sys.path; each module that exists in the tree is imported (a core-only tree
-built from the megatron-core wheel has only megatron/core). A finder on sys.meta_path notes which file
+The modules are the release's smoke profile's (release.yaml `smoke.imports`): `core` in every tree,
+`full` too in a full checkout (one with the profile's train script). The target goes first on
+sys.path; each listed module that exists in the tree is imported (a core-only tree built from the
+megatron-core wheel has only megatron/core). A finder on sys.meta_path notes which file
 of the target asked for an NVIDIA-only module, so a failure names the file and, through the runner,
 the patch that should have changed it. Afterwards every imported megatron module must come from the
 target: an installed megatron-core earlier on the path would make the check meaningless.
@@ -18,45 +20,7 @@ from typing import Any
 from rocmpatch.smoke.child import (
     StageFailure, describe, in_target, is_nvidia_only, put_target_first, stage_main, target_files, target_root,
 )
-
-CORE_MODULES = (
-    "megatron.core",
-    "megatron.core.parallel_state",
-    "megatron.core.tensor_parallel",
-    "megatron.core.pipeline_parallel",
-    "megatron.core.distributed",
-    "megatron.core.fusions.fused_softmax",
-    "megatron.core.fusions.fused_layer_norm",
-    "megatron.core.models.common.embeddings.rotary_pos_embedding",
-    "megatron.core.transformer.attention",
-    "megatron.core.transformer.transformer_block",
-    "megatron.core.models.gpt",
-    "megatron.core.models.gpt.gpt_layer_specs",
-    "megatron.core.models.bert.bert_model",
-    "megatron.core.models.T5",
-    "megatron.core.dist_checkpointing",
-    "megatron.core.datasets.gpt_dataset",
-)
-FULL_MODULES = (
-    "megatron",
-    "megatron.arguments",
-    "megatron.initialize",
-    "megatron.training",
-    "megatron.checkpointing",
-    "megatron.optimizer",
-    "megatron.optimizer.clip_grads",
-    "megatron.model",
-    "megatron.model.fused_softmax",
-    "megatron.model.fused_layer_norm",
-    "megatron.model.transformer",
-    "megatron.model.gpt_model",
-    "megatron.model.bert_model",
-    "megatron.model.t5_model",
-    "pretrain_gpt",
-    "pretrain_bert",
-    "pretrain_t5",
-)
-
+from rocmpatch.smoke.profile import SmokeProfile
 
 def module_file(target: Path, name: str) -> Path | None:
     base = target.joinpath(*name.split("."))
@@ -66,13 +30,16 @@ def module_file(target: Path, name: str) -> Path | None:
     return None
 
 
-def is_full_tree(target: Path) -> bool:
-    return (target / "megatron" / "__init__.py").is_file() and (target / "pretrain_gpt.py").is_file()
+def is_full_tree(target: Path, profile: SmokeProfile) -> bool:
+    """A whole Megatron-LM checkout (it has the train script), not just megatron/core."""
+    return (target / profile.train.script).is_file()
 
 
-def entry_modules(target: Path) -> list[str]:
-    names = list(CORE_MODULES) + (list(FULL_MODULES) if is_full_tree(target) else [])
-    return [name for name in names if module_file(target, name) is not None]
+def entry_modules(target: Path, profile: SmokeProfile) -> tuple[list[str], list[str]]:
+    """(the profile's modules this tree has, in order; those it lacks)."""
+    names = list(profile.core_imports) + (list(profile.full_imports) if is_full_tree(target, profile) else [])
+    present = [name for name in names if module_file(target, name) is not None]
+    return present, [name for name in names if name not in present]
 
 
 class NvidiaImportWatcher:
@@ -126,9 +93,12 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     watcher = NvidiaImportWatcher(str(target))
     sys.meta_path.insert(0, watcher)
 
-    names = entry_modules(target)
+    profile = SmokeProfile.from_config(config["profile"])
+    full = is_full_tree(target, profile)
+    names, absent = entry_modules(target, profile)
     if not names:
-        raise StageFailure(f"{target} has no megatron/core/__init__.py: not a Megatron-LM tree")
+        raise StageFailure(f"{target} has none of the modules the smoke profile of release {profile.release} "
+                           "lists: not a Megatron-LM tree of that release?", absent=absent)
     failures: list[dict[str, Any]] = []
     for name in names:
         try:
@@ -144,7 +114,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
             f"({', '.join(installed_megatron()) or 'see pip list'}); pip uninstall megatron-core "
             "or run smoke with that environment's megatron removed", shadowed=shadowed)
     loaded = sorted({n.split(".", 1)[0] for n in sys.modules if is_nvidia_only(n)})
-    result: dict[str, Any] = {"tree": "full" if is_full_tree(target) else "core-only", "modules": names,
+    result: dict[str, Any] = {"tree": "full" if full else "core-only", "modules": names, "absent": absent,
                               "failures": failures, "nvidia_only_loaded": loaded,
                               "nvidia_only_requested": watcher.requested}
     if failures:
@@ -166,8 +136,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
                              "tree must not use it even where it is installed")
         return result
     warn = installed_megatron()
+    missing = f"; {len(absent)} listed module(s) not in this tree: {', '.join(absent[:3])}" if absent and full else ""
     result["detail"] = (f"{len(names)} modules of the {result['tree']} tree imported from the target; "
-                        "no NVIDIA-only module loaded"
+                        f"no NVIDIA-only module loaded{missing}"
                         + (f" (note: {', '.join(warn)} is installed too; the target won)" if warn else ""))
     return result
 

@@ -1,6 +1,7 @@
 """The op checks of the ops stage: each builds one torch-native replacement of the series the way
 Megatron does (fusion requested) and returns [(what, output, fp32 reference), ...] for one device and
-dtype. `checks()` is the table ops.py runs; ops.py compares, tolerates and reports.
+dtype. REGISTRY names them for the release profiles (release.yaml `smoke.ops`); `checks(names)` is the
+table ops.py runs for a profile; ops.py compares, tolerates and reports.
 """
 
 from __future__ import annotations
@@ -162,8 +163,10 @@ def _params(torch, device, count=4, seed=5):
     return [torch.randn(*s, generator=generator).to(device) for s in shapes], generator
 
 
-def _run_optimizer(torch, kind: str, device, dtype):
-    import megatron.optimizer as megatron_optimizer
+def _run_optimizer(torch, module: str, kind: str, device, dtype):
+    import importlib
+
+    megatron_optimizer = importlib.import_module(module)
 
     values, generator = _params(torch, device)
     ours = [torch.nn.Parameter(v.clone()) for v in values]
@@ -193,6 +196,23 @@ def _run_clip(torch, device, dtype):
         g = torch.randn(a.shape, generator=generator).to(device) * 3
         a.grad, b.grad = g.clone(), g.clone()
     norm = clip_grad_norm_fp32(ours, [p.grad for p in ours], 1.0, False)
+    ref_norm = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    pairs = [("norm", torch.tensor([float(norm)]), ref_norm.reshape(1).cpu())]
+    return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
+
+
+def _run_core_clip(torch, device, dtype):
+    """megatron.core's split of clip_grad_norm_fp32: the norm, then clipping by it."""
+    from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32, get_grad_norm_fp32
+
+    values, generator = _params(torch, device)
+    ours = [torch.nn.Parameter(v.clone()) for v in values]
+    theirs = [torch.nn.Parameter(v.clone()) for v in values]
+    for a, b in zip(ours, theirs):
+        g = torch.randn(a.shape, generator=generator).to(device) * 3
+        a.grad, b.grad = g.clone(), g.clone()
+    norm = get_grad_norm_fp32([p.grad for p in ours])
+    clip_grad_by_total_norm_fp32(ours, 1.0, norm)
     ref_norm = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
     pairs = [("norm", torch.tensor([float(norm)]), ref_norm.reshape(1).cpu())]
     return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
@@ -236,37 +256,60 @@ class Check:
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
-def checks() -> list[Check]:
-    core_softmax = "megatron/core/fusions/fused_softmax.py"
-    legacy_softmax = "megatron/model/fused_softmax.py"
-    result = []
-    for variant in ("causal", "causal-no-mask", "padding", "no-mask"):
-        result.append(Check(f"core softmax {variant}", core_softmax,
-                            lambda t, d, x, v=variant: _run_softmax(
-                                t, "megatron.core.fusions.fused_softmax", "megatron.core.transformer.enums", v, d, x)))
-    for variant in ("causal", "padding", "no-mask"):
-        result.append(Check(f"legacy softmax {variant}", legacy_softmax,
-                            lambda t, d, x, v=variant: _run_softmax(
-                                t, "megatron.model.fused_softmax", "megatron.model.enums", v, d, x)))
-    core_norm = "megatron/core/fusions/fused_layer_norm.py"
-    for zero in (False, True):
-        suffix = " zero-centered" if zero else ""
-        result.append(Check(f"core LayerNorm{suffix}", core_norm,
-                            lambda t, d, x, z=zero: _run_norm(t, _core_norm(t, "LayerNorm", z), z, False, d, x)))
-        result.append(Check(f"legacy LayerNorm{suffix}", "megatron/model/fused_layer_norm.py",
-                            lambda t, d, x, z=zero: _run_norm(t, _legacy_norm(z), z, False, d, x)))
-    result.append(Check("core RMSNorm", core_norm,
-                        lambda t, d, x: _run_norm(t, _core_norm(t, "RMSNorm", False), False, True, d, x)))
-    rope = "megatron/core/models/common/embeddings/rotary_pos_embedding.py"
-    result.append(Check("RoPE apply", rope, _run_rope_apply))
-    result.append(Check("RoPE frequencies", rope, _run_rope_embedding, dtypes=("float32",)))
-    result.append(Check("optimizer Adam step", "megatron/optimizer/__init__.py",
-                        lambda t, d, x: _run_optimizer(t, "Adam", d, x), dtypes=("float32",)))
-    result.append(Check("optimizer SGD step", "megatron/optimizer/__init__.py",
-                        lambda t, d, x: _run_optimizer(t, "SGD", d, x), dtypes=("float32",)))
-    for api in ("ColumnParallelLinear", "linear_with_grad_accumulation"):
-        result.append(Check(f"grad-accum fusion {api}", "megatron/core/tensor_parallel/layers.py",
-                            lambda t, d, x, a=api: _run_grad_accum_linear(t, a, d, x)))
-    result.append(Check("grad-norm clipping", "megatron/optimizer/clip_grads.py", _run_clip,
-                        dtypes=("float32",)))
-    return result
+# --- the registry: release.yaml's smoke.ops names entries of it --------------------------------
+# Each entry is a stable name and the checks it stands for; every check names the repository file of
+# the code it exercises. A release's smoke profile lists the entries that fit its tree; a listed check
+# whose file a given tree lacks (a core-only tree has no megatron/model) does not run there.
+
+CORE_SOFTMAX = "megatron/core/fusions/fused_softmax.py"
+LEGACY_SOFTMAX = "megatron/model/fused_softmax.py"
+CORE_NORM = "megatron/core/fusions/fused_layer_norm.py"
+LEGACY_NORM = "megatron/model/fused_layer_norm.py"
+ROPE = "megatron/core/models/common/embeddings/rotary_pos_embedding.py"
+LEGACY_OPTIMIZER = "megatron/optimizer/__init__.py"
+CORE_OPTIMIZER = "megatron/core/optimizer/__init__.py"
+LEGACY_CLIP = "megatron/optimizer/clip_grads.py"
+CORE_CLIP = "megatron/core/optimizer/clip_grads.py"
+TENSOR_PARALLEL_LAYERS = "megatron/core/tensor_parallel/layers.py"
+
+
+def _softmax_checks(prefix: str, path: str, module: str, enums: str, variants: tuple[str, ...]) -> tuple[Check, ...]:
+    return tuple(Check(f"{prefix} softmax {variant}", path,
+                       lambda t, d, x, v=variant: _run_softmax(t, module, enums, v, d, x)) for variant in variants)
+
+
+def _norm_checks(prefix: str, path: str, build: Callable) -> tuple[Check, ...]:
+    return tuple(Check(f"{prefix} LayerNorm{' zero-centered' if zero else ''}", path,
+                       lambda t, d, x, z=zero: _run_norm(t, build(t, z), z, False, d, x)) for zero in (False, True))
+
+
+def _optimizer_checks(prefix: str, path: str, module: str) -> tuple[Check, ...]:
+    label = f"{prefix} optimizer" if prefix else "optimizer"
+    return tuple(Check(f"{label} {kind} step", path, lambda t, d, x, k=kind: _run_optimizer(t, module, k, d, x),
+                       dtypes=("float32",)) for kind in ("Adam", "SGD"))
+
+
+REGISTRY: dict[str, tuple[Check, ...]] = {
+    "core-softmax": _softmax_checks("core", CORE_SOFTMAX, "megatron.core.fusions.fused_softmax",
+                                    "megatron.core.transformer.enums", ("causal", "causal-no-mask", "padding", "no-mask")),
+    "legacy-softmax": _softmax_checks("legacy", LEGACY_SOFTMAX, "megatron.model.fused_softmax", "megatron.model.enums",
+                                      ("causal", "padding", "no-mask")),
+    "core-layernorm": _norm_checks("core", CORE_NORM, lambda t, z: _core_norm(t, "LayerNorm", z)),
+    "core-rmsnorm": (Check("core RMSNorm", CORE_NORM,
+                           lambda t, d, x: _run_norm(t, _core_norm(t, "RMSNorm", False), False, True, d, x)),),
+    "legacy-layernorm": _norm_checks("legacy", LEGACY_NORM, lambda t, z: _legacy_norm(z)),
+    "rope": (Check("RoPE apply", ROPE, _run_rope_apply),
+             Check("RoPE frequencies", ROPE, _run_rope_embedding, dtypes=("float32",))),
+    "legacy-optimizer": _optimizer_checks("", LEGACY_OPTIMIZER, "megatron.optimizer"),
+    "core-optimizer": _optimizer_checks("core", CORE_OPTIMIZER, "megatron.core.optimizer"),
+    "grad-accum-fusion": tuple(Check(f"grad-accum fusion {api}", TENSOR_PARALLEL_LAYERS,
+                                     lambda t, d, x, a=api: _run_grad_accum_linear(t, a, d, x))
+                               for api in ("ColumnParallelLinear", "linear_with_grad_accumulation")),
+    "legacy-grad-norm-clipping": (Check("grad-norm clipping", LEGACY_CLIP, _run_clip, dtypes=("float32",)),),
+    "core-grad-norm-clipping": (Check("core grad-norm clipping", CORE_CLIP, _run_core_clip, dtypes=("float32",)),),
+}
+
+
+def checks(names) -> list[Check]:
+    """The checks of the registry entries `names` (a smoke profile's ops), in that order."""
+    return [check for name in names for check in REGISTRY[name]]

@@ -1,9 +1,10 @@
 """Stage 3, ops: the torch-native replacements of the series, on the device, against an fp32 reference.
 
-Each check (op_checks.py) builds the module the way Megatron does, with fusion requested (so a tree without the
-series reaches for the *_cuda extension and fails here), runs forward and backward in each dtype and
-compares with a plain fp32 computation. Errors are max|out - ref| / max|ref|; the stage reports the
-worst. Only checks whose module exists in the target run (a core-only tree has no megatron/model).
+Each check the release's smoke profile lists (op_checks.py) builds the module the way Megatron does,
+with fusion requested (so a tree without the series reaches for the *_cuda extension and fails
+here), runs forward and backward in each dtype and compares with a plain fp32 computation. Errors
+are max|out - ref| / max|ref|; the stage reports the worst. Only listed checks whose module exists in
+the target run (a core-only tree has no megatron/model).
 On CPU a case that reaches upstream code hard-wired to 'cuda' (a tree without the series' cpu-training
 patch) is skipped and named, not failed: the train stage reports that tree's CPU training.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, in_target, put_target_first, stage_main, target_files, target_root
 from rocmpatch.smoke.op_checks import Check, OutOfTolerance, checks
+from rocmpatch.smoke.profile import SmokeProfile
 
 # Normalized max error allowed per dtype (fp32: accumulation order; 16-bit: one rounding of the output).
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
@@ -140,7 +142,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.set_device(0)
         device = torch.device("cuda", 0)
     torch.manual_seed(0)
-    available = [c for c in checks() if (Path(target) / c.module_path).is_file()]
+    profile = SmokeProfile.from_config(config["profile"])
+    available = [c for c in checks(profile.ops) if (Path(target) / c.module_path).is_file()]
     single_process_model_parallel(torch, platform)
     dtypes = supported_dtypes(torch, platform)
     cases = [run_case(torch, check, device, dtype, platform, target)

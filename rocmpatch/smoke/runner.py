@@ -3,7 +3,8 @@
 A child gets its own session (process group) so a timeout or Ctrl-C can stop it and everything it
 started (torchrun and its workers) at once: SIGTERM first, so torchrun can stop its workers, then
 SIGKILL. A crash, a hang or a missing result line becomes that stage's failure with the child's last
-output lines; a stage whose prerequisite did not pass is skipped with the reason.
+output lines; a stage whose prerequisite did not pass is skipped with the reason. Import, ops and
+train follow the release's smoke profile (profile.py); a release without one skips them, saying so.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 from rocmpatch.series import Location
 from rocmpatch.smoke import blame
+from rocmpatch.smoke.profile import PROFILED_STAGES, SmokeProfile, load_profile, no_profile_reason
 
 STAGES = ("environment", "import", "ops", "collectives", "train")
 MODULES = {
@@ -67,6 +69,18 @@ class Plan:
     timeouts: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIMEOUTS))
     series: Location | None = None  # where the series is, for pointing failures at patches
     stages: tuple[str, ...] = STAGES
+    # What import, ops and train do for this release; None: the series' release.yaml says (and
+    # without one, those stages are skipped, saying there is no profile).
+    profile: SmokeProfile | None = None
+
+    def release_profile(self) -> SmokeProfile | None:
+        if self.profile is None and self.series is not None:
+            self.profile = load_profile(self.series.series_dir)
+        return self.profile
+
+    @property
+    def release(self) -> str | None:
+        return self.profile.release if self.profile else (self.series.release if self.series else None)
 
 
 @dataclass
@@ -214,14 +228,18 @@ def _terminate(signum, frame) -> None:  # noqa: ARG001 - signal handler protocol
 def _run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None) -> list[StageResult]:
     results: dict[str, StageResult] = {}
     index = blame.patch_index(plan.series)
+    profile = plan.release_profile()
     selection: dict[str, Any] | None = None
     config: dict[str, Any] = {"target": str(plan.target.resolve()), "device": plan.device,
-                              "gpus": plan.gpus, "train_iters": plan.train_iters}
+                              "gpus": plan.gpus, "train_iters": plan.train_iters,
+                              "profile": profile.to_config() if profile else None}
     interrupted = False
     for name in plan.stages:
         blocking = [p for p in PREREQUISITES[name] if p in plan.stages and results[p].status != "passed"]
         if interrupted:
             result = StageResult(name, "skipped", 0.0, "interrupted")
+        elif profile is None and name in PROFILED_STAGES:
+            result = StageResult(name, "skipped", 0.0, no_profile_reason(plan.release), {"no_profile": True})
         elif blocking:
             result = StageResult(name, "skipped", 0.0, f"needs {blocking[0]}, which {results[blocking[0]].status}")
         else:

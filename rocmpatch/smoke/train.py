@@ -1,13 +1,17 @@
-"""Stage 5, train: the target's own pretrain_gpt.py trains a tiny GPT on mock data.
+"""Stage 5, train: the target's own training script trains a tiny GPT on mock data.
 
-torchrun starts one worker per selected GPU, or two CPU workers over gloo (the series' cpu-training
-patch makes pretrain_gpt.py train without a GPU); tensor parallelism spans the workers when there are
-two or more (the largest of 8/4/2 dividing their number and the head count). Two runs: the legacy
-model path and --use-mcore-models --transformer-impl local. The tokenizer is NullTokenizer with
---vocab-size, so nothing is downloaded and no vocab file is needed; --mock-data needs no dataset.
-Megatron compiles its dataset helpers (megatron/core/datasets/helpers.cpp) at start, with make, a C++
-compiler and `python3 -m pybind11`, so those are checked first. Pass: every iteration logged, losses
-finite, the last below the first. GPU and CPU runs differ only in the Profile below.
+torchrun starts one worker per selected GPU, or two CPU workers over gloo (passed explicitly as
+--distributed-backend gloo: the patched trees train on CPU when asked to); tensor parallelism spans
+the workers when there are two or more (the largest of 8/4/2 dividing their number and the head
+count). What every release shares is here: the model's size, the data (--mock-data), the tokenizer
+(NullTokenizer with --vocab-size, so nothing is downloaded), precision, backend and parallelism. What
+differs between releases comes from the release's smoke profile (release.yaml `smoke.train`): the
+script (pretrain_gpt.py), flags for every run or platform, and the runs themselves (core_v0.5.0: the
+legacy model path and --use-mcore-models --transformer-impl local). Megatron compiles its dataset
+helpers (megatron/core/datasets/helpers.cpp) at start, with make, a C++ compiler and
+`python3 -m pybind11`, so those are checked first. Pass: every iteration logged, losses finite, the
+last below the first, for every run. GPU and CPU runs differ only in the Profile below (and the
+profile's cpu-args / gpu-args).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
+from rocmpatch.smoke.profile import SmokeProfile, TrainProfile, TrainRun
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ def tensor_parallel_size(world: int, heads: int) -> int:
     return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
 
 
-def pretrain_args(profile: Profile, world: int, iters: int, precision: str | None, mcore: bool) -> list[str]:
+def pretrain_args(profile: Profile, world: int, iters: int, precision: str | None, flags: list[str]) -> list[str]:
+    """The flags smoke sets for every release, then the release's `flags` (from its smoke profile)."""
     tp = tensor_parallel_size(world, profile.num_attention_heads)
     m = profile
     args = [
@@ -74,9 +80,12 @@ def pretrain_args(profile: Profile, world: int, iters: int, precision: str | Non
     ]
     if precision:
         args.append(f"--{precision}")
-    if mcore:
-        args += ["--use-mcore-models", "--transformer-impl", "local"]
-    return args
+    return args + list(flags)
+
+
+def owned_flags() -> frozenset[str]:
+    """The flags pretrain_args sets itself: a release's smoke profile may not set them again."""
+    return frozenset(a for a in pretrain_args(CPU, 2, 2, None, []) if a.startswith("--")) | {"--bf16", "--fp16"}
 
 
 def parse_log(lines: list[str]) -> list[dict[str, float]]:
@@ -156,17 +165,19 @@ def worker_env(platform: str) -> dict[str, str]:
     return env
 
 
-def train_once(config: dict[str, Any], mcore: bool, precision: str, timeout: float) -> dict[str, Any]:
+def train_once(config: dict[str, Any], train: TrainProfile, one: TrainRun, precision: str,
+               timeout: float) -> dict[str, Any]:
     platform = config.get("platform") or "cpu"
     profile = profile_for(platform)
     target, world = config["target"], int(config.get("world_size") or 1)
     iters = int(config.get("train_iters") or profile.iterations)
-    path = "mcore" if mcore else "legacy"
-    outcome = torchrun(world, "rocmpatch.smoke.script",
-                       [target, "pretrain_gpt.py", *pretrain_args(profile, world, iters, precision, mcore)],
+    path = one.name
+    args = pretrain_args(profile, world, iters, precision, train.flags(one, platform))
+    outcome = torchrun(world, "rocmpatch.smoke.script", [target, train.script, *args],
                        timeout, Path(target), worker_env(platform))
     steps = parse_log(outcome.stdout)
-    run: dict[str, Any] = {"path": path, "iterations": len(steps), "seconds": round(outcome.seconds, 1)}
+    run: dict[str, Any] = {"path": path, "args": train.flags(one, platform), "iterations": len(steps),
+                           "seconds": round(outcome.seconds, 1)}
     if outcome.timed_out or outcome.returncode != 0 or len(steps) < iters:
         lines = outcome.stdout + outcome.stderr
         culprits, missing = traceback_culprits(lines, target)
@@ -198,8 +209,9 @@ def train_once(config: dict[str, Any], mcore: bool, precision: str, timeout: flo
 def run(config: dict[str, Any]) -> dict[str, Any]:
     target = Path(config["target"])
     platform = config.get("platform") or "cpu"
-    if not (target / "pretrain_gpt.py").is_file():
-        return {"status": "skipped", "detail": "core-only tree: there is no pretrain_gpt.py to train with"}
+    train = SmokeProfile.from_config(config["profile"]).train
+    if not (target / train.script).is_file():
+        return {"status": "skipped", "detail": f"core-only tree: there is no {train.script} to train with"}
     problem = helper_build_problem()
     if problem:
         raise StageFailure(problem)
@@ -207,16 +219,15 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     budget = launcher_timeout(config)
     world = int(config.get("world_size") or 1)
     runs, failures = [], []
-    for mcore in (False, True):  # both paths, so one report shows both even when the first fails
+    for one in train.runs:  # every run, so one report shows all even when the first fails
         try:
-            runs.append(train_once(config, mcore, precision, budget / 2))
+            runs.append(train_once(config, train, one, precision, budget / len(train.runs)))
         except StageFailure as failure:
             failures.append(failure)
-            runs.extend(failure.extra.pop("runs", []) or [{"path": "mcore" if mcore else "legacy",
-                                                            "error": failure.detail}])
+            runs.extend(failure.extra.pop("runs", []) or [{"path": one.name, "error": failure.detail}])
     if failures:
         first = failures[0]
-        more = f"; {failures[1].detail}" if len(failures) > 1 else ""
+        more = "".join(f"; {other.detail}" for other in failures[1:])
         raise StageFailure(first.detail + more, **first.extra, runs=runs)
     profile = profile_for(platform)
     tp = tensor_parallel_size(world, profile.num_attention_heads)

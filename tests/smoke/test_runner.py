@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 
 from rocmpatch.smoke import blame, train
+from rocmpatch.smoke.profile import load_profile
 from rocmpatch.smoke.runner import Plan, last_result, run_child, run_stages, child_env
 from tests.fixtures import location_of
 
 ROOT = Path(__file__).resolve().parents[2]
+RELEASE_0_5_0 = ROOT / "patchsets" / "core_v0.5.0"
 
 
 def alive(pid: int) -> bool:
@@ -61,7 +63,8 @@ def test_hanging_stage_fails_with_timeout_and_later_stages_are_skipped(tmp_path)
     tree = tmp_path / "tree"
     (tree / "megatron" / "core").mkdir(parents=True)
     (tree / "megatron" / "core" / "__init__.py").write_text("import time\nprint('hanging', flush=True)\ntime.sleep(600)\n")
-    plan = Plan(tree, device="cpu", stages=("import", "ops"), timeouts={"import": 4})
+    plan = Plan(tree, device="cpu", stages=("import", "ops"), timeouts={"import": 4},
+                profile=load_profile(RELEASE_0_5_0))
     start = time.monotonic()
     results = run_stages(plan)
     assert time.monotonic() - start < 20
@@ -90,9 +93,11 @@ def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
     (tree / "megatron" / "core" / "__init__.py").write_text(
         f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
     code = ("import sys; from pathlib import Path; from rocmpatch.smoke.runner import Plan, run_stages, Interrupted\n"
-            "try:\n    run_stages(Plan(Path(sys.argv[1]), device='cpu', stages=('import', 'ops')))\n"
+            "from rocmpatch.smoke.profile import load_profile\n"
+            "try:\n    run_stages(Plan(Path(sys.argv[1]), device='cpu', stages=('import', 'ops'),"
+            " profile=load_profile(Path(sys.argv[2]))))\n"
             "except Interrupted as stop:\n    print([(r.name, r.status, r.detail) for r in stop.results]); sys.exit(130)\n")
-    process = subprocess.Popen([sys.executable, "-c", code, str(tree)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    process = subprocess.Popen([sys.executable, "-c", code, str(tree), str(RELEASE_0_5_0)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                env=child_env(None), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for _ in range(200):
         if marker.exists() and marker.read_text():
@@ -123,12 +128,14 @@ def test_blame_names_the_patch_whose_changes_are_missing_from_the_file(tmp_path)
 
 
 def test_train_runs_the_tiny_gpt_over_gloo_on_cpu_and_nccl_on_gpus():
-    cpu = train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", mcore=True)
+    runs = {run.name: run for run in load_profile(RELEASE_0_5_0).train.runs}
+    mcore = load_profile(RELEASE_0_5_0).train.flags(runs["mcore"], "cpu")
+    cpu = train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", mcore)
     value = dict(zip(cpu, cpu[1:]))
     assert value["--distributed-backend"] == "gloo" and value["--tensor-model-parallel-size"] == "2"
     assert value["--hidden-size"] == "64" and value["--train-iters"] == "10"
     assert cpu[-4:] == ["--bf16", "--use-mcore-models", "--transformer-impl", "local"]
-    gpu = train.pretrain_args(train.profile_for("rocm"), 4, 20, "bf16", mcore=False)
+    gpu = train.pretrain_args(train.profile_for("rocm"), 4, 20, "bf16", list(runs["legacy"].args))
     value = dict(zip(gpu, gpu[1:]))
     assert value["--distributed-backend"] == "nccl" and value["--tensor-model-parallel-size"] == "4"
     assert value["--hidden-size"] == "256" and "--use-mcore-models" not in gpu

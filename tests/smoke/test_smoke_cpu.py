@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from rocmpatch.cli import app
 from tests.fixtures import location_of
 from rocmpatch.smoke.runner import Plan, run_stages
-from tests.series.core_v0_5_0.trees import PATCHSETS, patched_core_tree, patched_upstream_tree
+from tests.series.core_v0_5_0.trees import PATCHSETS, RELEASE, patched_core_tree, patched_upstream_tree
 from tests.smoke.trees import without_patch
 
 pytestmark = pytest.mark.wheel
@@ -33,7 +33,8 @@ def core_tree_with_pristine(wheel_core_files: dict[str, bytes], path: str, dest:
 
 
 def smoke_json(target: Path, *extra: str) -> tuple[int, dict]:
-    result = CliRunner().invoke(app, ["smoke", "--target", str(target), "--device", "cpu", "--json", *extra])
+    result = CliRunner().invoke(app, ["smoke", "--target", str(target), "--device", "cpu", "--json",
+                                      "--release", RELEASE, *extra])
     start = result.stdout.index("{")  # progress lines go to stderr; stdout is the JSON document
     return result.exit_code, json.loads(result.stdout[start:])
 
@@ -64,8 +65,9 @@ def test_patched_core_tree_passes_on_cpu(core_run):
 
 def test_json_shape(core_run):
     _, report = core_run
-    assert set(report) == {"target", "device", "platform", "gpus", "ok", "stages"}
+    assert set(report) == {"target", "release", "device", "platform", "gpus", "ok", "stages"}
     assert report["device"] == "cpu" and report["platform"] == "cpu" and report["ok"] is True
+    assert report["release"] == "core_v0.5.0"
     for stage in report["stages"]:
         assert {"name", "status", "seconds", "detail"} <= set(stage)
         assert stage["status"] in ("passed", "failed", "skipped")

@@ -18,10 +18,14 @@ import traceback
 import types
 import warnings
 
-from rocmpatch.smoke.imports import FULL_MODULES
+from pathlib import Path
 
-# The training path, as `rocmpatch smoke` imports it, and the megatron-core GPT model.
-FULL_TREE_MODULES = [*FULL_MODULES, "megatron.core.models.gpt"]
+from rocmpatch.smoke.profile import load_profile
+
+# The training path, as `rocmpatch smoke` imports it (this release's smoke profile), and the
+# megatron-core GPT model.
+_PROFILE = load_profile(Path(__file__).resolve().parents[3] / "patchsets" / "core_v0.5.0")
+FULL_TREE_MODULES = [*_PROFILE.full_imports, "megatron.core.models.gpt"]
 
 
 def error(exc: BaseException) -> str:
