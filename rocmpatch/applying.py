@@ -41,7 +41,7 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
     directory = directory.absolute()
     if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
         return _apply_new(loaded, lock, directory, url_override, dry_run)
-    repo = gitcmd.open_repo(directory)
+    repo = target.open_target(directory)
     if Path(repo.working_tree_dir or "").resolve() != directory.resolve():
         raise TargetRefused(f"{directory}: is inside the git repository {repo.working_tree_dir}, not its top", hint="give the checkout's top directory")
     with target.locked(repo):
@@ -56,7 +56,8 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
     cache = store.cached_repo(lock.upstream, url_override)
     result = ApplyResult(directory, created=True, dry_run=dry_run)
     if dry_run:
-        steps = _planned_steps(cache, loaded, lock, loaded.patches, lock.upstream.tree)
+        with store.scratch_over(cache) as scratch:
+            steps = _planned_steps(scratch, loaded, lock, loaded.patches, lock.upstream.tree)
         result.applied = [s.patch.name for s in steps]
         return result
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +78,8 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
 
 def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: ApplyResult) -> None:
     pin = lock.upstream.commit
-    state = history.read(repo)
+    state = history.read(repo, pin)
+    history.refuse_user_commits(repo, state)
     if state.base != pin:
         where = f"commit {state.base}" if state.base else "no commit"
         raise TargetRefused(f"{repo.working_tree_dir}: is at {where}, not the pinned {lock.upstream.ref} ({pin}); nothing was changed", hint="apply into a new directory, or check out the pinned commit first")

@@ -90,6 +90,19 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     return gitcmd.open_repo(path)
 
 
+@contextlib.contextmanager
+def scratch_over(source: git.Repo) -> Iterator[git.Repo]:
+    """A throwaway repository that reads `source`'s objects and writes its own (trees computed
+    while checking or verifying): the cache or a target is only ever read, so a read-only cache
+    works, and nothing is left behind."""
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-scratch-") as directory:
+        repo = gitcmd.init_borrowing_repo(Path(directory) / "scratch.git", source)
+        try:
+            yield repo
+        finally:
+            repo.close()
+
+
 def _verified(repo: git.Repo, upstream: Upstream, source: Path | str) -> git.Repo:
     if gitcmd.resolve_commit(repo, upstream.commit) != upstream.commit:
         raise UpstreamError(f"{source}: does not contain commit {upstream.commit}", hint=f"delete {commit_path(upstream.commit)} and run 'rocmpatch fetch'")

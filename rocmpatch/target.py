@@ -20,13 +20,21 @@ from typing import Iterator
 import git
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import TargetRefused
+from rocmpatch.errors import TargetRefused, UsageError
 from rocmpatch.files import replace_file
 from rocmpatch.store import file_lock
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0
 INTERRUPT_VARIABLE = "ROCMPATCH_TEST_INTERRUPT_AT"  # tests: send ourselves SIGINT at a named point
+
+
+def open_target(directory: Path) -> git.Repo:
+    """The target checkout at `directory`: a git repository with a working tree, given by its top."""
+    repo = gitcmd.open_repo(directory)
+    if repo.bare or repo.working_tree_dir is None:
+        raise TargetRefused(f"{directory}: is a bare git repository (it has no working tree)", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet")
+    return repo
 
 
 def state_dir(repo: git.Repo) -> Path:
@@ -42,9 +50,23 @@ def journal_path(repo: git.Repo) -> Path:
 @contextlib.contextmanager
 def locked(repo: git.Repo) -> Iterator[None]:
     """One rocmpatch process per target: a second waits a little, then exits BUSY."""
-    wait = float(os.environ.get(LOCK_WAIT_VARIABLE, DEFAULT_LOCK_WAIT))
+    wait = lock_wait()
     with file_lock(state_dir(repo) / "lock", wait=wait, what=f"the target {repo.working_tree_dir}"):
         yield
+
+
+def lock_wait() -> float:
+    """Seconds to wait for another process's lock on the target: ROCMPATCH_LOCK_WAIT, default 5."""
+    text = os.environ.get(LOCK_WAIT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_LOCK_WAIT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise UsageError(f"{LOCK_WAIT_VARIABLE}={text!r}: expected a number of seconds, such as 5 or 0.5", hint=f"unset {LOCK_WAIT_VARIABLE} for the default of {DEFAULT_LOCK_WAIT:g}")
+    return value
 
 
 def interruption_point(name: str) -> None:

@@ -23,13 +23,14 @@ class UnapplyResult:
 def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> UnapplyResult:
     lock = loaded.require_lock()  # a stale lock still names the pin; that is all we need
     gitcmd.require_git()
-    repo = gitcmd.open_repo(directory)
+    repo = target.open_target(directory)
     result = UnapplyResult(directory)
     with target.locked(repo):
         if not force:
             result.recovered = target.recover(repo)
-        state = history.read(repo)
         pin = lock.upstream.commit
+        state = history.read(repo, pin)
+        history.refuse_user_commits(repo, state)
         if state.base != pin:
             raise TargetRefused(f"{directory}: is at {state.base or 'no commit'}, not the pinned {lock.upstream.ref} ({pin}) plus patches; nothing was changed",
                                 hint="unapply only undoes what 'rocmpatch apply' did")
