@@ -83,12 +83,33 @@ def report(exc: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
+_done: str | None = None  # what the command has completed, once its change is made
+
+
+def mark_done(what: str) -> None:
+    """The command's change is complete: a Ctrl-C from now on no longer undoes or stops anything,
+    so it exits 0 (saying so) instead of 130."""
+    global _done
+    _done = what
+
+
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """Run a command body; turn whatever ends it into SystemExit(exit code)."""
+    global _done
+    _done = None
     try:
         yield
     except SystemExit:
         raise
+    except KeyboardInterrupt:
+        if _done is None:
+            raise SystemExit(int(report(KeyboardInterrupt()))) from None
+        from rocmpatch.console import err
+
+        err.print(f"rocmpatch: interrupted after the work was done: {_done}", markup=False)
+        raise SystemExit(int(ExitCode.OK)) from None
     except BaseException as exc:  # noqa: BLE001  (the point of this module)
         raise SystemExit(int(report(exc))) from None
+    finally:
+        _done = None

@@ -75,6 +75,9 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the cache entry {path}"):
         if path.is_dir():  # another process filled it while we waited
             return _verified(gitcmd.open_repo(path), upstream, path)
+        # Holding this entry's lock, no one else is building it: any partial copy is a leftover.
+        for stale in path.parent.glob(f".{upstream.commit}.*.partial"):
+            shutil.rmtree(stale, ignore_errors=True)
         building = Path(tempfile.mkdtemp(prefix=f".{upstream.commit}.", suffix=".partial", dir=path.parent))
         try:
             repo = gitcmd.init_repo(building, bare=True)

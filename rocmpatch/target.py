@@ -15,7 +15,7 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import git
 
@@ -35,6 +35,23 @@ def open_target(directory: Path) -> git.Repo:
     if repo.bare or repo.working_tree_dir is None:
         raise TargetRefused(f"{directory}: is a bare git repository (it has no working tree)", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet")
     return repo
+
+
+def require_writable(repo: git.Repo, paths: Iterable[str] = ()) -> None:
+    """TargetRefused, before anything changes, when the checkout (its top, its .git, or a
+    directory holding one of `paths`) may not be written."""
+    root = Path(repo.working_tree_dir)
+    git_directory = gitcmd.git_dir(repo)
+    places = [root, git_directory, git_directory / "objects", git_directory / "refs"]
+    for path in paths:
+        parent = (root / path).parent
+        while not parent.exists() and parent != root:
+            parent = parent.parent
+        places.append(parent)
+    for place in dict.fromkeys(places):
+        if place.exists() and not os.access(place, os.W_OK):
+            raise TargetRefused(f"{place}: not writable, so {root} cannot be changed; nothing was changed",
+                                hint="make the checkout writable (chmod -R u+w) or run as its owner")
 
 
 def state_dir(repo: git.Repo) -> Path:
@@ -133,9 +150,10 @@ def _sha(entries: dict[str, gitcmd.Entry], path: str) -> str | None:
 
 def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str) -> git.Repo:
     """A fresh checkout of `commit` in directory, fetched shallowly from the local cache."""
+    gitcmd.check_url(upstream_url, source="upstream.lock url")  # it becomes the checkout's remote
     repo = gitcmd.init_repo(directory)
     gitcmd.fetch_commit(repo, str(gitcmd.git_dir(cache)), commit, depth=1)
     gitcmd.update_ref(repo, "HEAD", commit, message="rocmpatch: the pinned upstream commit")
     gitcmd.force_tree(repo, gitcmd.tree_of(repo, commit))
-    gitcmd.run(repo, "remote", "add", "upstream", upstream_url)
+    gitcmd.run(repo, "remote", "add", "--", "upstream", upstream_url)
     return repo

@@ -159,3 +159,132 @@ def test_bad_gpus_is_a_usage_error(cli, tmp_path, gpus):
     result = cli("smoke", "--target", str(tmp_path), "--gpus", gpus)
     assert result.exit_code == ExitCode.USAGE, result.output
     assert "--gpus" in result.stderr
+
+
+def test_lock_url_that_looks_like_an_option_with_a_warm_cache(cli, project, upstream, tmp_path):
+    assert cli("fetch").exit_code == 0
+    project.lock_path.write_text(project.lock_path.read_text().replace(f"url: {upstream.url}", "url: --mirror=fetch"))
+    result = cli("apply", "--target", str(tmp_path / "t"))
+    assert result.exit_code == ExitCode.UPSTREAM_ERROR, result.output
+    assert "upstream.lock url: refusing URL '--mirror=fetch'" in result.stderr
+    assert not (tmp_path / "t").exists() and not list(tmp_path.glob(".t.*"))
+
+
+def test_new_target_gets_the_umask_mode(project, tmp_path):
+    target = tmp_path / "t"
+    result = subprocess.run(["sh", "-c", 'umask 022 && exec "$@"', "sh", *run_args("apply", "--target", str(target), "--series-dir", str(project.series_dir))],
+                            env=child_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert oct(target.stat().st_mode & 0o777) == oct(0o755)
+
+
+def test_stale_partial_directories_are_removed(cli, project, tmp_path):
+    import shutil
+
+    from rocmpatch import store
+    from rocmpatch.schema import load_lock
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".t.{dead.pid}.abcd_123.rocmpatch-partial"
+    live = tmp_path / f".t.{os.getpid()}.abcd_124.rocmpatch-partial"
+    other = tmp_path / f".other.{dead.pid}.abcd_125.rocmpatch-partial"
+    for directory in (stale, live, other):
+        (directory / ".git").mkdir(parents=True)
+    commit = load_lock(project.lock_path).upstream.commit
+    shutil.rmtree(store.commit_path(commit))  # cold cache, with a leftover of a killed fetch
+    stale_cache = store.commit_path(commit).parent / f".{commit}.xyz.partial"
+    stale_cache.mkdir()
+    assert cli("apply", "--target", str(tmp_path / "t")).exit_code == 0
+    assert not stale.exists() and live.exists() and other.exists()
+    assert not stale_cache.exists()
+
+
+def test_ctrl_c_after_the_work_is_done_exits_0(project, tmp_path):
+    target = tmp_path / "t"
+    result = run_rocmpatch("apply", "--target", str(target), "--series-dir", str(project.series_dir),
+                           env={"ROCMPATCH_TEST_INTERRUPT_AT": "applied"})
+    assert result.returncode == 0, result.stderr
+    assert "interrupted after the work was done" in result.stderr
+    assert run_rocmpatch("verify", "--target", str(target), "--series-dir", str(project.series_dir)).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
+def test_read_only_target_is_refused_before_anything_changes(cli, project, upstream, tmp_path):
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+    subprocess.run(["git", "-C", str(target), "checkout", "-q", upstream.ref], check=True)
+    subprocess.run(["chmod", "-R", "a-w", str(target)], check=True)
+    try:
+        result = cli("apply", "--target", str(target))
+        assert result.exit_code == ExitCode.TARGET_REFUSED, result.output
+        assert "not writable" in result.stderr
+        assert not (target / ".git/rocmpatch").exists()
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(target)], check=True)
+    subprocess.run(["chmod", "a-w", str(tmp_path)], check=True)
+    try:
+        result = cli("apply", "--target", str(tmp_path / "new"))
+        assert result.exit_code == ExitCode.TARGET_REFUSED, result.output
+        assert f"{tmp_path}: not writable" in result.stderr
+    finally:
+        subprocess.run(["chmod", "u+w", str(tmp_path)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
+def test_unwritable_cache_says_what(cli, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o555)
+    monkeypatch.delenv("ROCMPATCH_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    result = cli("fetch")
+    assert result.exit_code == ExitCode.ENVIRONMENT, result.output
+    assert f"{home}/.cache: permission denied" in result.stderr
+
+
+def run_args(*args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "rocmpatch", *args]
+
+
+def child_env() -> dict[str, str]:
+    from tests.cli_process import ROOT
+
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def in_read_only_mounts(paths: list, command: list[str]) -> subprocess.CompletedProcess:
+    """Run rocmpatch with `paths` bind-mounted read-only (EROFS even for root), in a private mount
+    namespace; skip where that is not possible."""
+    import shlex
+
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare -m for read-only bind mounts")
+    mounts = "".join(f"mount --bind {shlex.quote(str(p))} {shlex.quote(str(p))} && mount -o remount,ro,bind {shlex.quote(str(p))} && " for p in paths)
+    return subprocess.run(["unshare", "-m", "sh", "-c", mounts + 'exec "$@"', "sh", *run_args(*command)],
+                          env=child_env(), capture_output=True, text=True)
+
+
+def test_read_only_mounts_target_parent_and_cache(cli, project, upstream, tmp_path, monkeypatch):
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+    subprocess.run(["git", "-C", str(target), "checkout", "-q", upstream.ref], check=True)
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    series_dir = ["--series-dir", str(project.series_dir)]
+    cache = os.environ["ROCMPATCH_CACHE_DIR"]
+    result = in_read_only_mounts([target], ["apply", "--target", str(target), *series_dir])
+    assert result.returncode == ExitCode.TARGET_REFUSED, result.stderr
+    assert f"{target}: not writable" in result.stderr and not (target / ".git/rocmpatch").exists()
+    result = in_read_only_mounts([parent], ["apply", "--target", str(parent / "new"), *series_dir])
+    assert result.returncode == ExitCode.TARGET_REFUSED, result.stderr
+    assert f"{parent}: not writable" in result.stderr
+    for command in (["check"], ["lock", "--check"], ["verify", "--target", str(target)]):
+        result = in_read_only_mounts([cache, target], [*command, *series_dir])
+        assert result.returncode in (0, 1) and "error" not in result.stderr, (command, result.stderr)
+    monkeypatch.setenv("ROCMPATCH_CACHE_DIR", str(parent / "cache"))
+    result = in_read_only_mounts([parent], ["fetch", *series_dir])
+    assert result.returncode == ExitCode.ENVIRONMENT, result.stderr
+    assert f"{parent}/cache: not writable: read-only file system" in result.stderr
