@@ -14,12 +14,9 @@ from rocmpatch.schema import load_lock, load_series
 
 
 def test_duplicate_key_in_lock_is_an_error(project):
-    text = project.lock_path.read_text()
-    tree = text.split("patched_tree: ")[1].split()[0]
-    project.lock_path.write_text(text + f"patched_tree: {'0' * 40}\n")
+    project.lock_path.write_text(project.lock_path.read_text() + f"patched_tree: {'0' * 40}\n")  # last would win
     with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: duplicate key 'patched_tree' \(first on line \d+\)"):
         load_lock(project.lock_path)
-    assert tree
 
 
 def test_duplicate_key_in_series_is_an_error(project):
