@@ -8,14 +8,17 @@ place and renamed into it, so it appears only complete.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
 
 from rocmpatch import gitcmd, history, store, target
+from rocmpatch.error_handler import mark_done
 from rocmpatch.errors import InvalidInput, TargetRefused
 from rocmpatch.schema import Lock
 from rocmpatch.series import LOCK_HINT, LoadedPatch, LoadedSeries
@@ -41,9 +44,10 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
     directory = directory.absolute()
     if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
         return _apply_new(loaded, lock, directory, url_override, dry_run)
-    repo = gitcmd.open_repo(directory)
+    repo = target.open_target(directory)
     if Path(repo.working_tree_dir or "").resolve() != directory.resolve():
         raise TargetRefused(f"{directory}: is inside the git repository {repo.working_tree_dir}, not its top", hint="give the checkout's top directory")
+    target.require_writable(repo)
     with target.locked(repo):
         result = ApplyResult(directory, created=False, dry_run=dry_run)
         if not dry_run:
@@ -53,15 +57,25 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
 
 
 def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: str | None, dry_run: bool) -> ApplyResult:
+    if not dry_run:
+        parent = directory.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise TargetRefused(f"{parent}: not writable, so {directory} cannot be created; nothing was changed", hint="choose a --target in a directory you may write")
     cache = store.cached_repo(lock.upstream, url_override)
     result = ApplyResult(directory, created=True, dry_run=dry_run)
     if dry_run:
-        steps = _planned_steps(cache, loaded, lock, loaded.patches, lock.upstream.tree)
+        with store.scratch_over(cache) as scratch:
+            steps = _planned_steps(scratch, loaded, lock, loaded.patches, lock.upstream.tree)
         result.applied = [s.patch.name for s in steps]
         return result
     directory.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".rocmpatch-partial", dir=directory.parent))
+    _remove_stale_partials(directory)
+    # The owner's pid in the name tells a later run whether this is a leftover of a dead process.
+    building = Path(tempfile.mkdtemp(prefix=f".{directory.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX, dir=directory.parent))
     try:
+        os.chmod(building, 0o777 & ~_umask())  # mkdtemp made it 0700; a checkout gets the umask's mode
         repo = target.materialize(building, cache, lock.upstream.commit, lock.upstream.url)
         _apply_existing(repo, loaded, lock, result)
         repo.close()
@@ -69,15 +83,61 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
             os.rename(building, directory)  # atomic; replaces an empty directory, fails on a non-empty one
         except OSError as exc:
             raise TargetRefused(f"{directory}: appeared while it was being built ({exc.strerror})", hint="another process created it; rerun apply to update it") from None
+        _done(directory, result.head)
     finally:
         shutil.rmtree(building, ignore_errors=True)
     result.target = directory
     return result
 
 
+def _done(directory, head: str | None) -> None:
+    mark_done(f"{directory} is at the pin plus the series (HEAD {head})")
+    target.interruption_point("applied")
+
+
+PARTIAL_SUFFIX = ".rocmpatch-partial"
+STALE_UNOWNED_SECONDS = 24 * 3600  # a partial directory without an owner pid (older versions)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale_partials(directory: Path) -> None:
+    """Delete `.NAME.<pid>.*.rocmpatch-partial` directories beside `directory` whose process is
+    gone (killed mid-build); a live process's build is never touched."""
+    owned = re.compile(rf"\.{re.escape(directory.name)}\.(\d+)\.[a-z0-9_]{{8}}{re.escape(PARTIAL_SUFFIX)}")
+    unowned = re.compile(rf"\.{re.escape(directory.name)}\.[a-z0-9_]{{8}}{re.escape(PARTIAL_SUFFIX)}")
+    for entry in directory.parent.iterdir():
+        match = owned.fullmatch(entry.name)
+        if (match is None and not unowned.fullmatch(entry.name)) or entry.is_symlink() or not entry.is_dir():
+            continue
+        if match is not None:
+            stale = not process_alive(int(match[1]))
+        else:
+            stale = time.time() - entry.stat().st_mtime > STALE_UNOWNED_SECONDS
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    except OverflowError:
+        return False
+    return True
+
+
 def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: ApplyResult) -> None:
     pin = lock.upstream.commit
-    state = history.read(repo)
+    state = history.read(repo, pin)
+    history.refuse_user_commits(repo, state)
     if state.base != pin:
         where = f"commit {state.base}" if state.base else "no commit"
         raise TargetRefused(f"{repo.working_tree_dir}: is at {where}, not the pinned {lock.upstream.ref} ({pin}); nothing was changed", hint="apply into a new directory, or check out the pinned commit first")
@@ -99,12 +159,15 @@ def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: Ap
     result.applied = [s.patch.name for s in steps]
     if result.dry_run:
         return
+    target.require_writable(repo, gitcmd.changed_paths(repo, gitcmd.tree_of(repo, head), steps[-1].tree))
     new_head = head
     for step in steps:
         new_head = history.commit_patch(repo, step.patch, step.tree, new_head, pin)
         target.interruption_point("commit-created")
     target.move(repo, head, new_head, "apply")
     result.head = new_head
+    if not result.created:  # a new target is done only once renamed into place
+        _done(repo.working_tree_dir, new_head)
 
 
 def _planned_steps(repo: git.Repo, loaded: LoadedSeries, lock: Lock, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:

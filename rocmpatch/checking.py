@@ -48,17 +48,18 @@ class CheckReport:
 
 def check(loaded: LoadedSeries, *, url_override: str | None = None) -> CheckReport:
     lock = loaded.require_lock()  # stale is reported below; without a lock there is no pin to check against
-    repo = store.cached_repo(lock.upstream, url_override)
+    cache = store.cached_repo(lock.upstream, url_override)
     report = CheckReport(lock.upstream.commit, lock.patched_tree, lock_problems=loaded.lock_problems())
-    applier = SeriesApplier(repo, lock.upstream.tree)
-    failed = False
-    for loaded_patch in loaded.patches:
-        item = PatchReport(loaded_patch.name, loaded_patch.entry.file, list(loaded_patch.patch.paths), ok=True)
-        try:
-            applier.apply(loaded_patch)
-        except RocmpatchError as exc:
-            item.ok, item.error, failed = False, str(exc), True
-        report.patches.append(item)
-    if not failed:
-        report.patched_tree = applier.tree()
+    with store.scratch_over(cache) as repo:  # the cache is only read: it may be read-only
+        applier = SeriesApplier(repo, lock.upstream.tree)
+        failed = False
+        for loaded_patch in loaded.patches:
+            item = PatchReport(loaded_patch.name, loaded_patch.entry.file, list(loaded_patch.patch.paths), ok=True)
+            try:
+                applier.apply(loaded_patch)
+            except RocmpatchError as exc:
+                item.ok, item.error, failed = False, str(exc), True
+            report.patches.append(item)
+        if not failed:
+            report.patched_tree = applier.tree()
     return report

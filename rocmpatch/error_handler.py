@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import os
 import sys
 import tempfile
@@ -44,10 +45,27 @@ def write_crash_log(exc: BaseException) -> Path:
     raise OSError("no writable directory for the crash log")
 
 
+def as_user_error(exc: BaseException) -> BaseException:
+    """Failures of the machine rather than of rocmpatch, as the error the user can act on: git
+    missing (wherever GitPython first notices), and a path we may not write or read."""
+    from rocmpatch.errors import EnvironmentProblem
+
+    if type(exc).__name__ == "GitCommandNotFound":  # GitPython's; no import: it may be what is broken
+        from rocmpatch.gitcmd.core import _git_missing
+
+        return _git_missing()
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
+        what = "not writable: read-only file system" if exc.errno == errno.EROFS else "permission denied"
+        return EnvironmentProblem(f"{exc.filename}: {what}",
+                                  hint="rocmpatch writes its cache under $ROCMPATCH_CACHE_DIR (else $XDG_CACHE_HOME or ~/.cache) and the target; make that path writable or point the variable elsewhere")
+    return exc
+
+
 def report(exc: BaseException) -> ExitCode:
     """Print what the user needs to know about `exc`; return the exit code for it."""
     from rocmpatch.console import err
 
+    exc = as_user_error(exc)
     if isinstance(exc, RocmpatchError):
         err.print(f"rocmpatch: error: {exc.message}", markup=False)
         if exc.hint:
@@ -65,12 +83,33 @@ def report(exc: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
+_done: str | None = None  # what the command has completed, once its change is made
+
+
+def mark_done(what: str) -> None:
+    """The command's change is complete: a Ctrl-C from now on no longer undoes or stops anything,
+    so it exits 0 (saying so) instead of 130."""
+    global _done
+    _done = what
+
+
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """Run a command body; turn whatever ends it into SystemExit(exit code)."""
+    global _done
+    _done = None
     try:
         yield
     except SystemExit:
         raise
+    except KeyboardInterrupt:
+        if _done is None:
+            raise SystemExit(int(report(KeyboardInterrupt()))) from None
+        from rocmpatch.console import err
+
+        err.print(f"rocmpatch: interrupted after the work was done: {_done}", markup=False)
+        raise SystemExit(int(ExitCode.OK)) from None
     except BaseException as exc:  # noqa: BLE001  (the point of this module)
         raise SystemExit(int(report(exc))) from None
+    finally:
+        _done = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import git
 
 from rocmpatch import gitcmd
+from rocmpatch.errors import TargetRefused
 from rocmpatch.series import LoadedPatch
 
 NAME_TRAILER = "Rocmpatch-Patch"
@@ -32,24 +33,52 @@ class AppliedPatch:
     commit: str
 
 
+MAX_USER_COMMITS = 200  # how far above the series we look for the user's own commits
+
+
 @dataclass(frozen=True)
 class History:
     head: str | None  # None in a repository without commits
-    base: str | None  # the first commit below HEAD that is not a rocmpatch commit
+    base: str | None  # the first commit below the series that is not a rocmpatch commit
     applied: tuple[AppliedPatch, ...]  # in series order (oldest first)
+    user_commits: tuple[str, ...] = ()  # the user's own commits on top of the series, newest first
+
+    @property
+    def series_head(self) -> str | None:
+        """The last commit of the series (or the base): HEAD without the user's commits."""
+        return self.applied[-1].commit if self.applied else self.base
 
 
-def read(repo: git.Repo) -> History:
+def read(repo: git.Repo, pin: str | None = None) -> History:
+    """The series as applied in repo. With `pin`, plain commits on top of the series are
+    recognised as the user's own, rather than taken for the base."""
     head = gitcmd.head_commit(repo)
+    user_commits = _user_commits(repo, head, pin) if pin else []
     applied: list[AppliedPatch] = []
     commit = head
+    if user_commits:
+        commit = gitcmd.commit_links(repo, user_commits[-1])[1][0]
     while commit is not None:
         trailers, parents = gitcmd.commit_links(repo, commit)
         if NAME_TRAILER not in trailers or SHA_TRAILER not in trailers:
             break
         applied.append(AppliedPatch(trailers[NAME_TRAILER], trailers[SHA_TRAILER], commit))
         commit = parents[0] if len(parents) == 1 else None
-    return History(head, commit, tuple(reversed(applied)))
+    return History(head, commit, tuple(reversed(applied)), tuple(user_commits))
+
+
+def _user_commits(repo: git.Repo, head: str | None, pin: str) -> list[str]:
+    """Single-parent commits without our trailers between HEAD and the first rocmpatch commit;
+    none when there is no such commit (commits right on the pin may as well be upstream's)."""
+    found: list[str] = []
+    commit = head
+    while commit is not None and commit != pin and len(found) < MAX_USER_COMMITS:
+        trailers, parents = gitcmd.commit_links(repo, commit)
+        if NAME_TRAILER in trailers and SHA_TRAILER in trailers:
+            return found
+        found.append(commit)
+        commit = parents[0] if len(parents) == 1 else None
+    return []
 
 
 def commit_patch(repo: git.Repo, loaded: LoadedPatch, tree: str, parent: str, pin: str) -> str:
@@ -58,3 +87,17 @@ def commit_patch(repo: git.Repo, loaded: LoadedPatch, tree: str, parent: str, pi
     identity = gitcmd.Identity(IDENTITY_NAME, IDENTITY_EMAIL, gitcmd.commit_date(repo, pin))
     trailers = [(NAME_TRAILER, entry.name), (SHA_TRAILER, loaded.sha256)]
     return gitcmd.commit_tree(repo, tree, parent, message, identity, trailers)
+
+
+def refuse_user_commits(repo: git.Repo, state: History) -> None:
+    """TargetRefused naming the user's commits on top of the series and how to keep them."""
+    if not state.user_commits:
+        return
+    directory = repo.working_tree_dir
+    count = len(state.user_commits)
+    subject = gitcmd.commit_info(repo, state.user_commits[0]).subject
+    raise TargetRefused(
+        f"{directory}: has {count} commit(s) of your own on top of the series (HEAD {state.user_commits[0][:12]} {subject!r}); nothing was changed",
+        hint=f"save them with 'git -C {directory} format-patch -o <dir> {state.series_head}..HEAD' (or add them to the series as a patch), "
+             f"then 'git -C {directory} reset --hard {state.series_head}' and rerun",
+    )

@@ -46,7 +46,8 @@ def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None 
     repo = store.cached_repo(Upstream(url, ref, commit, known_tree), url_override)
     tree = gitcmd.tree_of(repo, commit)
     date = gitcmd.commit_date(repo, commit).astimezone(datetime.timezone.utc).isoformat()  # UTC: sorts as text
-    steps = patch_trees(repo, tree, loaded.patches)
+    with store.scratch_over(repo) as scratch:  # the cache is only read (`lock --check` on a read-only cache)
+        steps = patch_trees(scratch, tree, loaded.patches)
     return Lock(Upstream(url, ref, commit, tree, date), loaded.locked_patches(), steps[-1].tree)
 
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmpatch.errors import InvalidInput, TargetRefused, UsageError
+from rocmpatch.errors import InvalidInput, UsageError
 from rocmpatch.series import Location, Patchsets, find_patchsets
 
 RELEASE_VARIABLE = "ROCMPATCH_RELEASE"

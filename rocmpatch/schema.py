@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from rocmpatch.errors import InvalidInput
+from rocmpatch.files import MAX_TEXT_FILE, read_regular_file
 
 SERIES_FILE = "series.yaml"
 RELEASE_FILE = "release.yaml"  # beside series.yaml: where the release was validated, its smoke profile
@@ -285,6 +286,7 @@ def is_full_commit_id(value: str) -> bool:
 class _Node:
     value: Any  # str, list[_Node], or dict[str, _Node]
     lineno: int  # 1-based
+    key_line: int = 0  # the line of the key naming this node, in a mapping
 
     def get(self, key: str) -> "_Node | None":
         return self.value.get(key) if isinstance(self.value, dict) else None
@@ -295,31 +297,61 @@ class _Node:
         return node.lineno if node else self.lineno
 
 
-def _to_node(node: yaml.Node) -> _Node:
+def _to_node(path: Path, node: yaml.Node) -> _Node:
     line = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
-        return _Node({str(k.value): _to_node(v) for k, v in node.value}, line)
+        mapping: dict[str, _Node] = {}
+        for key, value in node.value:
+            name = str(key.value)
+            if name in mapping:
+                raise InvalidInput(f"{path}:{key.start_mark.line + 1}", f"duplicate key {name!r} (first on line {mapping[name].key_line})",
+                                   hint="each key may appear once; delete one of them")
+            mapping[name] = _to_node(path, value)
+            mapping[name].key_line = key.start_mark.line + 1
+        return _Node(mapping, line)
     if isinstance(node, yaml.SequenceNode):
-        return _Node([_to_node(v) for v in node.value], line)
+        return _Node([_to_node(path, v) for v in node.value], line)
     return _Node(node.value, line)
 
 
-def _load_mapping(path: Path, allowed: dict[str, str]) -> _Node:
+# series.yaml and upstream.lock are small, flat documents: anything deeper, or using anchors
+# and aliases (which make a few bytes expand into gigabytes), is refused before it is built.
+MAX_YAML_DEPTH = 16
+
+
+def load_yaml(path: Path) -> yaml.Node | None:
+    """The composed YAML document of `path`, read safely: a regular file of bounded size, UTF-8,
+    no anchors or aliases, nesting at most MAX_YAML_DEPTH deep, no duplicate keys (checked in
+    _to_node). Every problem is InvalidInput naming the file and line."""
+    data = read_regular_file(path, limit=MAX_TEXT_FILE, what="YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput(path, "file not found") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(path, f"not UTF-8 text ({exc.reason})") from None
     try:
-        composed = yaml.compose(text, Loader=YAML_LOADER)
+        depth = 0
+        for event in yaml.parse(text, Loader=YAML_LOADER):
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise InvalidInput(f"{path}:{line}", "YAML anchors and aliases (&name, *name) are not allowed here", hint="write the value out in full")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise InvalidInput(f"{path}:{line}", f"nested more than {MAX_YAML_DEPTH} levels deep")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+        return yaml.compose(text, Loader=YAML_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise InvalidInput(where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def _load_mapping(path: Path, allowed: dict[str, str]) -> _Node:
+    composed = load_yaml(path)
     if composed is None:
         raise InvalidInput(path, "the file is empty")
-    return _mapping(path, _to_node(composed), None, allowed)
+    return _mapping(path, _to_node(path, composed), None, allowed)
 
 
 def _mapping(path: Path, node: _Node | None, key: str | None, allowed: dict[str, str]) -> _Node:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmpatch.errors import InvalidInput
+from rocmpatch.files import MAX_PATCH_FILE, read_regular_file
 from rocmpatch.patching import Patch, parse_patch
 from rocmpatch.schema import (LOCK_FILE, SERIES_FILE, Lock, LockedPatch, LockFile, Series, SeriesEntry,
                               load_lock_file, load_series)
@@ -157,10 +158,10 @@ def load(location: Location, *, require_lock: bool = True) -> LoadedSeries:
 
 def _load_patch(series: Series, entry: SeriesEntry) -> LoadedPatch:
     path = series.patch_path(entry)
-    try:
-        data = path.read_bytes()  # bytes, never text mode: text mode would eat \r
-    except FileNotFoundError:
-        raise InvalidInput(path, f"patch file of {entry.name!r} not found", hint="series.yaml names it; add the file or fix series[].file") from None
+    if not path.exists() and not path.is_symlink():
+        raise InvalidInput(path, f"patch file of {entry.name!r} not found", hint="series.yaml names it; add the file or fix series[].file")
+    # bytes, never text mode (it would eat \r); a regular file only (a FIFO would hang us)
+    data = read_regular_file(path, limit=MAX_PATCH_FILE, what="patch file")
     return loaded_patch(entry, data, path)
 
 

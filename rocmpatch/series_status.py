@@ -32,6 +32,7 @@ class StatusReport:
     uncommitted: list[str]
     interrupted: str | None
     patches: list[PatchState] = field(default_factory=list)
+    user_commits: list[str] = field(default_factory=list)  # the user's own commits on top, newest first
 
     @property
     def at_pin(self) -> bool:
@@ -41,6 +42,7 @@ class StatusReport:
         return {
             "target": str(self.target), "pin": self.pin, "head": self.head, "base": self.base,
             "at_pin": self.at_pin, "interrupted": self.interrupted, "uncommitted": self.uncommitted,
+            "user_commits": self.user_commits,
             "patches": [
                 {"name": p.name, "file": p.file, "summary": p.summary, "state": p.state, "files": p.files, "reason": p.reason}
                 for p in self.patches
@@ -50,12 +52,14 @@ class StatusReport:
 
 def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
     lock = loaded.require_lock()
-    repo = gitcmd.open_repo(directory)
-    state = history.read(repo)
+    repo = target.open_target(directory)
+    state = history.read(repo, lock.upstream.commit)
     journal = target.pending(repo)
     report = StatusReport(directory, lock.upstream.commit, state.head, state.base,
-                          [p for _, p in gitcmd.dirty_paths(repo)], journal["operation"] if journal else None)
-    applier = SeriesApplier(repo, gitcmd.tree_of(repo, state.head)) if state.head else None
+                          [p for _, p in gitcmd.dirty_paths(repo)], journal["operation"] if journal else None,
+                          user_commits=list(state.user_commits))
+    # The series' own state is judged below the user's commits (they are not part of it).
+    applier = SeriesApplier(repo, gitcmd.tree_of(repo, state.series_head)) if state.series_head else None
     for index, loaded_patch in enumerate(loaded.patches):
         item = PatchState(loaded_patch.name, loaded_patch.entry.file, loaded_patch.entry.summary, NOT_APPLIED, list(loaded_patch.patch.paths))
         if index < len(state.applied):

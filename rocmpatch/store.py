@@ -75,6 +75,9 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the cache entry {path}"):
         if path.is_dir():  # another process filled it while we waited
             return _verified(gitcmd.open_repo(path), upstream, path)
+        # Holding this entry's lock, no one else is building it: any partial copy is a leftover.
+        for stale in path.parent.glob(f".{upstream.commit}.*.partial"):
+            shutil.rmtree(stale, ignore_errors=True)
         building = Path(tempfile.mkdtemp(prefix=f".{upstream.commit}.", suffix=".partial", dir=path.parent))
         try:
             repo = gitcmd.init_repo(building, bare=True)
@@ -88,6 +91,19 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
             shutil.rmtree(building, ignore_errors=True)
             raise
     return gitcmd.open_repo(path)
+
+
+@contextlib.contextmanager
+def scratch_over(source: git.Repo) -> Iterator[git.Repo]:
+    """A throwaway repository that reads `source`'s objects and writes its own (trees computed
+    while checking or verifying): the cache or a target is only ever read, so a read-only cache
+    works, and nothing is left behind."""
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-scratch-") as directory:
+        repo = gitcmd.init_borrowing_repo(Path(directory) / "scratch.git", source)
+        try:
+            yield repo
+        finally:
+            repo.close()
 
 
 def _verified(repo: git.Repo, upstream: Upstream, source: Path | str) -> git.Repo:

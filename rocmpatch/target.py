@@ -15,18 +15,43 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import git
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import TargetRefused
+from rocmpatch.errors import TargetRefused, UsageError
 from rocmpatch.files import replace_file
 from rocmpatch.store import file_lock
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0
 INTERRUPT_VARIABLE = "ROCMPATCH_TEST_INTERRUPT_AT"  # tests: send ourselves SIGINT at a named point
+
+
+def open_target(directory: Path) -> git.Repo:
+    """The target checkout at `directory`: a git repository with a working tree, given by its top."""
+    repo = gitcmd.open_repo(directory)
+    if repo.bare or repo.working_tree_dir is None:
+        raise TargetRefused(f"{directory}: is a bare git repository (it has no working tree)", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet")
+    return repo
+
+
+def require_writable(repo: git.Repo, paths: Iterable[str] = ()) -> None:
+    """TargetRefused, before anything changes, when the checkout (its top, its .git, or a
+    directory holding one of `paths`) may not be written."""
+    root = Path(repo.working_tree_dir)
+    git_directory = gitcmd.git_dir(repo)
+    places = [root, git_directory, git_directory / "objects", git_directory / "refs"]
+    for path in paths:
+        parent = (root / path).parent
+        while not parent.exists() and parent != root:
+            parent = parent.parent
+        places.append(parent)
+    for place in dict.fromkeys(places):
+        if place.exists() and not os.access(place, os.W_OK):
+            raise TargetRefused(f"{place}: not writable, so {root} cannot be changed; nothing was changed",
+                                hint="make the checkout writable (chmod -R u+w) or run as its owner")
 
 
 def state_dir(repo: git.Repo) -> Path:
@@ -42,9 +67,23 @@ def journal_path(repo: git.Repo) -> Path:
 @contextlib.contextmanager
 def locked(repo: git.Repo) -> Iterator[None]:
     """One rocmpatch process per target: a second waits a little, then exits BUSY."""
-    wait = float(os.environ.get(LOCK_WAIT_VARIABLE, DEFAULT_LOCK_WAIT))
+    wait = lock_wait()
     with file_lock(state_dir(repo) / "lock", wait=wait, what=f"the target {repo.working_tree_dir}"):
         yield
+
+
+def lock_wait() -> float:
+    """Seconds to wait for another process's lock on the target: ROCMPATCH_LOCK_WAIT, default 5."""
+    text = os.environ.get(LOCK_WAIT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_LOCK_WAIT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise UsageError(f"{LOCK_WAIT_VARIABLE}={text!r}: expected a number of seconds, such as 5 or 0.5", hint=f"unset {LOCK_WAIT_VARIABLE} for the default of {DEFAULT_LOCK_WAIT:g}")
+    return value
 
 
 def interruption_point(name: str) -> None:
@@ -111,9 +150,10 @@ def _sha(entries: dict[str, gitcmd.Entry], path: str) -> str | None:
 
 def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str) -> git.Repo:
     """A fresh checkout of `commit` in directory, fetched shallowly from the local cache."""
+    gitcmd.check_url(upstream_url, source="upstream.lock url")  # it becomes the checkout's remote
     repo = gitcmd.init_repo(directory)
     gitcmd.fetch_commit(repo, str(gitcmd.git_dir(cache)), commit, depth=1)
     gitcmd.update_ref(repo, "HEAD", commit, message="rocmpatch: the pinned upstream commit")
     gitcmd.force_tree(repo, gitcmd.tree_of(repo, commit))
-    gitcmd.run(repo, "remote", "add", "upstream", upstream_url)
+    gitcmd.run(repo, "remote", "add", "--", "upstream", upstream_url)
     return repo

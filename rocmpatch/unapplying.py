@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmpatch import gitcmd, history, target
+from rocmpatch.error_handler import mark_done
 from rocmpatch.errors import TargetRefused
 from rocmpatch.series import LoadedSeries
 
@@ -23,17 +24,21 @@ class UnapplyResult:
 def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> UnapplyResult:
     lock = loaded.require_lock()  # a stale lock still names the pin; that is all we need
     gitcmd.require_git()
-    repo = gitcmd.open_repo(directory)
+    repo = target.open_target(directory)
     result = UnapplyResult(directory)
+    target.require_writable(repo)
     with target.locked(repo):
         if not force:
             result.recovered = target.recover(repo)
-        state = history.read(repo)
         pin = lock.upstream.commit
+        state = history.read(repo, pin)
+        history.refuse_user_commits(repo, state)
         if state.base != pin:
             raise TargetRefused(f"{directory}: is at {state.base or 'no commit'}, not the pinned {lock.upstream.ref} ({pin}) plus patches; nothing was changed",
                                 hint="unapply only undoes what 'rocmpatch apply' did")
         result.removed = [a.name for a in reversed(state.applied)]
+        if state.head != pin:
+            target.require_writable(repo, gitcmd.changed_paths(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin)))
         dirty = gitcmd.dirty_paths(repo)
         if dirty and not force:
             target.refuse_user_edits(repo, hint="run 'rocmpatch unapply --force' to save them as a patch file first")
@@ -42,6 +47,7 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
             _discard_edits(repo, state.head, dirty)
         if state.head != pin:
             target.move(repo, state.head, pin, "unapply")
+        mark_done(f"{directory} is at the pristine pinned commit")
     return result
 
 

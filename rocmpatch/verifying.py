@@ -10,10 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
-
-from rocmpatch import gitcmd, store, target
-from rocmpatch.schema import Lock
+from rocmpatch import gitcmd, history, store, target
 from rocmpatch.series import LoadedSeries
 from rocmpatch.trees import patch_trees, touched_by
 
@@ -35,10 +32,11 @@ class VerifyReport:
     differences: list[Difference] = field(default_factory=list)
     lock_problems: list[str] = field(default_factory=list)
     interrupted: str | None = None
+    not_based_on_pin: str | None = None  # what HEAD is based on instead, as one line
 
     @property
     def ok(self) -> bool:
-        return not (self.differences or self.lock_problems or self.interrupted)
+        return not (self.differences or self.lock_problems or self.interrupted or self.not_based_on_pin)
 
     def to_json(self) -> dict:
         return {
@@ -47,6 +45,7 @@ class VerifyReport:
             "expected_tree": self.expected_tree,
             "head_tree": self.head_tree,
             "interrupted": self.interrupted,
+            "not_based_on_pin": self.not_based_on_pin,
             "lock_problems": self.lock_problems,
             "differences": [{"path": d.path, "kind": d.kind, "patches": d.patches} for d in self.differences],
         }
@@ -54,16 +53,33 @@ class VerifyReport:
 
 def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = None) -> VerifyReport:
     lock = loaded.require_lock()
-    repo = gitcmd.open_repo(directory)
+    repo = target.open_target(directory)
     head = gitcmd.head_commit(repo)
     head_tree = gitcmd.tree_of(repo, head) if head else None
     journal = target.pending(repo)
     report = VerifyReport(directory, lock.patched_tree, head_tree, lock_problems=loaded.lock_problems(),
                           interrupted=journal["operation"] if journal else None)
+    pin = lock.upstream.commit
+    state = history.read(repo, pin)
+    pin_tree = lock.upstream.tree
+    if state.base != pin:
+        report.not_based_on_pin = f"HEAD ({head or 'no commit'}) is not based on the pin {lock.upstream.ref} ({pin})"
+    else:
+        pin_tree = gitcmd.tree_of(repo, pin)
+        if pin_tree != lock.upstream.tree:
+            report.lock_problems.append(f"{loaded.location.lock_path}: upstream.tree is {lock.upstream.tree}, but commit {pin} has tree {pin_tree}")
     dirty = [path for _, path in gitcmd.dirty_paths(repo)]
-    if head_tree == lock.patched_tree and not dirty:
+    if head_tree == lock.patched_tree and not dirty and report.ok:
         return report
-    expected, pin = _expected_entries(repo, loaded, lock, url_override)
+    # Trees computed here go to a scratch repository: neither the target nor the cache is written.
+    source = repo if gitcmd.has_object(repo, pin_tree) else store.cached_repo(lock.upstream, url_override)
+    with store.scratch_over(source) as scratch:
+        pin_entries = gitcmd.list_tree(scratch, pin_tree)
+        patched = patch_trees(scratch, pin_tree, loaded.patches)[-1].tree if loaded.patches else pin_tree
+        if patched != lock.patched_tree:
+            report.lock_problems.append(f"{loaded.location.lock_path}: patched_tree is {lock.patched_tree}, but the series on the pin gives {patched}")
+            report.expected_tree = patched
+        expected = gitcmd.list_tree(scratch, patched)
     actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
     candidates = {p for p in expected.keys() | actual.keys() if expected.get(p) != actual.get(p)} | set(dirty)
     hashed = gitcmd.hash_files(repo, sorted(set(dirty)))
@@ -73,7 +89,7 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
         want = expected[path].sha if path in expected else None
         if now == want and (path in hashed or expected.get(path) == actual.get(path)):
             continue
-        kind = _kind(path, now, want, pin, touched, edited_here=path in hashed)
+        kind = _kind(path, now, want, pin_entries, touched, edited_here=path in hashed)
         report.differences.append(Difference(path, kind, touched.get(path, [])))
     return report
 
@@ -88,14 +104,3 @@ def _kind(path: str, now: str | None, want: str | None, pin: dict[str, gitcmd.En
     if now is None:
         return DELETED
     return EDITED
-
-
-def _expected_entries(repo: git.Repo, loaded: LoadedSeries, lock: Lock, url_override: str | None):
-    """Entries of the patched tree and of the pin tree, computed only when not already at hand."""
-    source = repo if gitcmd.has_object(repo, lock.upstream.tree) else store.cached_repo(lock.upstream, url_override)
-    pin = gitcmd.list_tree(source, lock.upstream.tree)
-    patched = lock.patched_tree
-    if not gitcmd.has_object(source, patched):
-        # Not applied here yet (or the lock is stale, reported separately): compute it.
-        patched = patch_trees(source, lock.upstream.tree, loaded.patches)[-1].tree
-    return gitcmd.list_tree(source, patched), pin

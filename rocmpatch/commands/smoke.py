@@ -6,13 +6,12 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-import typer
 from rich.table import Table
 from rich.text import Text
 
 from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, err, note, out
-from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused
+from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused, UsageError
 from rocmpatch.smoke import devices
 from rocmpatch.smoke.profile import load_profile, no_profile_reason
 from rocmpatch.smoke.runner import Interrupted, Plan, StageResult, run_stages
@@ -25,13 +24,13 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
         as_json: bool = False, series_dir: Path | None = None, release: str | None = None,
         timeouts: dict[str, float] | None = None) -> ExitCode:
     if device not in DEVICES:
-        raise typer.BadParameter(f"{device!r} is not one of {', '.join(DEVICES)}", param_hint="--device")
+        raise UsageError(f"--device {device!r}: not one of {', '.join(DEVICES)}")
     try:
         gpu_list = devices.parse_gpus(gpus)
     except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint="--gpus") from None
+        raise UsageError(str(error), hint="give distinct GPU indices as torch sees them, e.g. --gpus 0,1") from None
     if train_iters is not None and train_iters < 2:
-        raise typer.BadParameter("needs at least 2 iterations to see the loss fall", param_hint="--train-iters")
+        raise UsageError(f"--train-iters {train_iters}: needs at least 2 iterations to see the loss fall")
     target = target.expanduser().absolute()
     if not (target / "megatron" / "core" / "__init__.py").is_file():
         raise TargetRefused(f"{target} is not a Megatron-LM tree: it has no megatron/core/__init__.py",

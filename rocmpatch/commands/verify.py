@@ -14,6 +14,8 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: s
     if as_json:
         emit_json(report.to_json())
     else:
+        if report.not_based_on_pin:
+            out.print(f"not based on the pin: {report.not_based_on_pin}", markup=False)
         for problem in report.lock_problems:
             out.print(f"lock: {problem}", markup=False)
         if report.interrupted:

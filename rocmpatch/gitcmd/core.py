@@ -119,7 +119,8 @@ def _git_missing() -> EnvironmentProblem:
 def _last_line(text: str | bytes | None) -> str:
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    lines = [line.strip().removeprefix("stderr: ").strip("'") for line in (text or "").splitlines() if line.strip()]
+    lines = [line.strip().removeprefix("stderr: ").strip("'").strip() for line in (text or "").splitlines()]
+    lines = [line for line in lines if line]
     # git's own diagnosis is on its "fatal:" / "error:" line; the lines after it are often hints.
     for line in lines:
         if line.startswith(("fatal:", "error:")):

@@ -54,9 +54,15 @@ def hash_files(repo: git.Repo, paths: list[str]) -> dict[str, str | None]:
     root = Path(repo.working_tree_dir)
     present = [p for p in paths if (root / p).is_file() or (root / p).is_symlink()]
     result: dict[str, str | None] = {p: None for p in paths}
-    if present:
-        out = run(repo, "hash-object", "--stdin-paths", stdin="".join(p + "\n" for p in present).encode("utf-8", "surrogateescape"))
-        result.update(zip(present, out.split("\n")))
+    # --stdin-paths is newline-separated and has no -z form: a name holding a newline (any other
+    # byte is fine) is hashed on its own command line.
+    listed = [p for p in present if "\n" not in p]
+    if listed:
+        out = run(repo, "hash-object", "--stdin-paths", stdin="".join(p + "\n" for p in listed).encode("utf-8", "surrogateescape"))
+        result.update(zip(listed, out.split("\n")))
+    for path in present:
+        if "\n" in path:
+            result[path] = run(repo, "hash-object", "--", path)
     return result
 
 

@@ -32,7 +32,7 @@ def parse_gpus(text: str | None) -> list[int] | None:
     gpus: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):
             raise ValueError(f"--gpus {text!r}: {part!r} is not a GPU index; write indices like 0,1")
         if int(part) in gpus:
             raise ValueError(f"--gpus {text!r}: GPU {part} is listed twice")

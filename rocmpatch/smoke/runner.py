@@ -142,8 +142,51 @@ def stage_command(module: str, config: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", module, json.dumps(config)]
 
 
+STRAY_MARKER = "ROCMPATCH_SMOKE_CHILD"  # in the environment of everything a stage starts
+
+
+def stop_strays(marker: str, wait: float = 5.0) -> None:
+    """SIGKILL every process still carrying `marker` in its environment: torchrun starts its
+    workers in sessions of their own, so stopping the stage's process group can miss them, and a
+    worker must not outlive its stage. Linux (/proc) only; a no-op elsewhere."""
+    needle = f"{STRAY_MARKER}={marker}".encode()
+    deadline = time.monotonic() + wait
+    while True:
+        found = []
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return
+        for entry in entries:
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if needle not in handle.read().split(b"\0"):
+                        continue
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    if handle.read().rsplit(b")", 1)[-1].split()[0] == b"Z":
+                        continue  # already dead, waiting to be reaped
+                os.kill(int(entry), signal.SIGKILL)
+                found.append(entry)
+            except (OSError, IndexError):
+                continue
+        if not found or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
 def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> ChildOutcome:
-    """Run argv in its own session; its result line, last output lines and how it ended."""
+    """Run argv in its own session; its result line, last output lines and how it ended. Nothing
+    it started is left running when this returns."""
+    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        return _run_child(argv, {**env, STRAY_MARKER: marker}, timeout, cwd)
+    finally:
+        stop_strays(marker)
+
+
+def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> ChildOutcome:
     start = time.monotonic()
     process = subprocess.Popen(
         argv, cwd=cwd, env=env,
@@ -174,6 +217,10 @@ def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -
     except BaseException:  # Ctrl-C: stop the children, then let the caller report it
         stop_group(process)
         raise
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # whatever of its group outlived the leader
+    except (ProcessLookupError, PermissionError):
+        pass
     for reader in readers:
         reader.join(timeout=2.0)
     result = None if timed_out else last_result(stdout)

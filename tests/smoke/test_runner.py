@@ -140,3 +140,20 @@ def test_train_runs_the_tiny_gpt_over_gloo_on_cpu_and_nccl_on_gpus():
     assert value["--distributed-backend"] == "nccl" and value["--tensor-model-parallel-size"] == "4"
     assert value["--hidden-size"] == "256" and "--use-mcore-models" not in gpu
     assert train.profile_for("cpu").iterations == 10 and train.profile_for("cuda").iterations == 20
+
+
+def test_nothing_a_stage_started_outlives_it(tmp_path):
+    """torchrun's workers run in sessions of their own: they must still be gone when the stage
+    returns, even when the stage itself exited normally."""
+    pid_file = tmp_path / "worker.pid"
+    code = textwrap.dedent(f"""
+        import subprocess, sys
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(worker.pid))
+        print('{{"status": "passed"}}', flush=True)
+    """)
+    outcome = run_child([sys.executable, "-c", code], child_env(None), 30.0, tmp_path)
+    assert outcome.result == {"status": "passed"}
+    worker = int(pid_file.read_text())
+    state = Path(f"/proc/{worker}/stat")
+    assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"
