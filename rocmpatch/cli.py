@@ -174,5 +174,15 @@ def smoke(
     _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=json, series_dir=series_dir)
 
 
+@app.command()
+def example(
+    write: Annotated[Optional[Path], typer.Option("--write", metavar="DIR", help="Write pretrain_gpt_rocm.sh into DIR (refused if it exists there).")] = None,
+) -> None:
+    """Print where the launch script pretrain_gpt_rocm.sh is, or write it into DIR (it is not inside the patched tree)."""
+    from rocmpatch.commands.example import run
+
+    _run(run, write=write)
+
+
 def main() -> None:
     app(prog_name="rocmpatch")
