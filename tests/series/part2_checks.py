@@ -138,7 +138,8 @@ def check_grad_accumulation_fallback():
         row = RowParallelLinear(32, 64, config=config, init_method=torch.nn.init.xavier_normal_,
                                 bias=True, input_is_parallel=True, skip_bias_add=False)
     assert not column.gradient_accumulation_fusion and not row.gradient_accumulation_fusion
-    assert any("gradient_accumulation_fusion is off" in str(w.message) for w in caught), "no note"
+    assert any("gradient_accumulation_fusion is off" in str(w.message)
+               and "--no-gradient-accumulation-fusion" in str(w.message) for w in caught), "no note naming the flag"
     for dtype in (torch.float32, torch.bfloat16):
         weight = torch.randn(32, 64, dtype=dtype, requires_grad=True)
         weight.main_grad = torch.zeros(32, 64, dtype=torch.float32)
