@@ -1,4 +1,4 @@
-"""Only one thing pyproject.toml cannot say: bundle the series into the wheel.
+"""Only one thing pyproject.toml cannot say: bundle the series (and the example launch script) into the wheel.
 
 patchsets/ and upstream.lock live at the top of the repository (where people edit them); a built
 wheel carries copies in rocmpatch/_bundled/ so an installed rocmpatch works outside the repo.
@@ -23,6 +23,9 @@ class BuildPyWithSeries(build_py):
         shutil.rmtree(bundled, ignore_errors=True)
         if (ROOT / "patchsets").is_dir():
             shutil.copytree(ROOT / "patchsets", bundled / "patchsets")
+        if (ROOT / "examples" / "pretrain_gpt_rocm.sh").is_file():  # rocmpatch example
+            (bundled / "examples").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / "examples" / "pretrain_gpt_rocm.sh", bundled / "examples" / "pretrain_gpt_rocm.sh")
         if (ROOT / "upstream.lock").is_file():
             bundled.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / "upstream.lock", bundled / "upstream.lock")

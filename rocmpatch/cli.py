@@ -262,5 +262,15 @@ def recipe_launch(
          data_path=data_path, tokenizer=tokenizer, mock_data=mock_data)
 
 
+@app.command()
+def example(
+    write: Annotated[Optional[Path], typer.Option("--write", metavar="DIR", help="Write pretrain_gpt_rocm.sh into DIR (refused if it exists there).")] = None,
+) -> None:
+    """Print where the launch script pretrain_gpt_rocm.sh is, or write it into DIR (it is not inside the patched tree)."""
+    from rocmpatch.commands.example import run
+
+    _run(run, write=write)
+
+
 def main() -> None:
     app(prog_name="rocmpatch")

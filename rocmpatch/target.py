@@ -95,8 +95,18 @@ def interruption_point(name: str) -> None:
 def refuse_user_edits(repo: git.Repo, *, hint: str) -> None:
     dirty = gitcmd.dirty_paths(repo)
     if dirty:
-        shown = ", ".join(path for _, path in dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        raise TargetRefused(f"{repo.working_tree_dir}: has uncommitted changes ({shown}); nothing was changed", hint=hint)
+        edits = [path for code, path in dirty if code != "??"]
+        new = [path for code, path in dirty if code == "??"]
+        parts = [f"edits ({_some(edits)})"] if edits else []
+        if new:  # data, checkpoints, logs: not edits, but they would be lost or packed into a patch
+            parts.append(f"files git does not track ({_some(new)}; data, checkpoints and logs belong outside "
+                         "the tree or in .git/info/exclude; ignored build products are fine)")
+        raise TargetRefused(f"{repo.working_tree_dir}: has uncommitted changes: {'; '.join(parts)}; "
+                            "nothing was changed", hint=hint)
+
+
+def _some(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def move(repo: git.Repo, old_commit: str, new_commit: str, operation: str) -> None:

@@ -18,7 +18,7 @@ PATCHSETS = series.PACKAGE_DIR.parent / "patchsets" / "core_v0.5.0"
 @pytest.fixture(scope="module")
 def real_series():
     if not (PATCHSETS / SERIES_FILE).is_file():
-        pytest.skip("the real series (patchsets/series.yaml) is not in this checkout")
+        pytest.skip("the real series (patchsets/core_v0.5.0/) is not in this checkout")
     return series.load(location_of(PATCHSETS))
 
 

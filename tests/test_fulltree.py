@@ -15,7 +15,7 @@ pytestmark = pytest.mark.upstream
 def real_series() -> series.Location:
     location = series.find_patchsets(series.PACKAGE_DIR.parent / "patchsets")[0].location("core_v0.5.0")
     if not (location.series_dir / "series.yaml").is_file() or not location.lock_path.is_file():
-        pytest.skip("patchsets/series.yaml or upstream.lock is not in this checkout yet")
+        pytest.skip("patchsets/core_v0.5.0/ or upstream.lock is not in this checkout yet")
     return location
 
 

@@ -7,6 +7,10 @@ from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 
+UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
+                  "(files git ignores, such as built extensions and __pycache__, are not counted): keep them "
+                  "outside the tree, or list them in .git/info/exclude")
+
 
 def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None) -> ExitCode:
     loaded = series.load(selected(series_dir, release, target=target))
@@ -23,6 +27,8 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: s
         for difference in report.differences:
             by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
             out.print(f"{difference.kind:<14} {difference.path}{by}", markup=False)
+        if any(d.kind == verifying.ADDED for d in report.differences):
+            out.print(UNTRACKED_HINT, markup=False)
         if report.ok:
             out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin of {loaded.location.release} plus its series", markup=False)
         else:

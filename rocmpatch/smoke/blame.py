@@ -7,6 +7,7 @@ missing ordinary dependency, what to install.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -66,6 +67,16 @@ def not_in_tree(path: str, index: PatchIndex, target: Path | None) -> list[str]:
             if (lines := index.added.get((path, name))) and not all(line in have for line in lines)]
 
 
+def listed(requirements: Path, package: str) -> bool:
+    """Whether a requirements file names `package` (one requirement a line, comments ignored)."""
+    try:
+        lines = requirements.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    names = {re.split(r"[\s<>=!~;\[]", line.split("#", 1)[0].strip(), maxsplit=1)[0].lower() for line in lines}
+    return package.lower() in names
+
+
 def hint(culprits: list[str], missing_module: str | None, nvidia_only: bool,
          index: dict[str, list[str]], target: Path | None = None) -> str:
     """One clause to append to a failure detail; '' when there is nothing useful to add.
@@ -84,8 +95,11 @@ def hint(culprits: list[str], missing_module: str | None, nvidia_only: bool,
     if missing_module and not nvidia_only:
         top = missing_module.split(".", 1)[0]
         if not top.startswith("megatron") and top not in ("pretrain_gpt", "pretrain_bert", "pretrain_t5"):
-            return (f"{top} is an ordinary dependency of the training path, not NVIDIA-only: "
-                    f"pip install {PIP_NAMES.get(top, top)}")
+            install = f"pip install {PIP_NAMES.get(top, top)}"
+            requirements = target / "requirements.txt" if target is not None else None
+            if requirements is not None and listed(requirements, PIP_NAMES.get(top, top)):
+                install = f"install the tree's requirements: pip install -r {requirements}"
+            return f"{top} is an ordinary dependency of the training path, not NVIDIA-only: {install}"
     if culprits and index:
         return f"no patch of the series changes {culprits[0]}: the series needs a fix there"
     if culprits:

@@ -94,6 +94,8 @@ def test_refuses_user_edits_and_keeps_them(cli, tmp_path):
     result = cli("apply", "--target", str(target))
     assert result.exit_code == ExitCode.TARGET_REFUSED
     assert "uncommitted changes" in result.stderr and "pkg/b.py" in result.stderr
+    # An edit and a file git does not track (data, checkpoints) are told apart.
+    assert "edits (pkg/b.py)" in result.stderr and "files git does not track (notes.txt" in result.stderr
     assert (target / "pkg/b.py").read_text() == "mine\n"
     assert (target / "notes.txt").read_text() == "my notes\n"
     assert PATCHED_A3 not in (target / "pkg/a.py").read_text()

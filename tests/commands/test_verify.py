@@ -30,6 +30,17 @@ def test_each_difference_named_with_its_kind(cli, tmp_path):
     assert kinds == {"pkg/a.py": "edited", "README.md": "deleted", "extra.txt": "added"}
     assert report["ok"] is False
     assert {d["path"]: d["patches"] for d in report["differences"]}["pkg/a.py"] == ["first-fix", "second-fix"]
+    text = cli("verify", "--target", str(target)).stdout
+    assert "data, checkpoints or logs" in text and ".git/info/exclude" in text, text
+
+
+def test_ignored_build_products_are_not_differences(cli, tmp_path):
+    target = applied(cli, tmp_path)
+    (target / ".git/info/exclude").write_text("data/\n")
+    (target / "data").mkdir()
+    (target / "data/tiny_text_document.bin").write_bytes(b"\0" * 64)
+    result = cli("verify", "--target", str(target))
+    assert result.exit_code == 0, result.stdout
 
 
 def test_committed_edit_is_found(cli, tmp_path):

@@ -83,6 +83,15 @@ def test_blame_names_the_patch_that_changes_the_failing_file():
     assert "no patch of the series changes" in blame.hint(["megatron/nowhere.py"], None, False, index)
 
 
+def test_hint_names_the_trees_requirements_file(tmp_path):
+    """Right after apply, 'No module named six': the tree's requirements.txt (0002) lists it."""
+    (tmp_path / "requirements.txt").write_text("# training\nregex\nsix>=1.16  # tokenizers\npyyaml\n")
+    text = blame.hint([], "six", False, {}, tmp_path)
+    assert text.endswith(f"pip install -r {tmp_path / 'requirements.txt'}"), text
+    assert "pip install -r" in blame.hint([], "yaml", False, {}, tmp_path)
+    assert blame.hint([], "nltk", False, {}, tmp_path).endswith("pip install nltk")
+
+
 def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
     import signal
     import subprocess

@@ -138,7 +138,8 @@ def check_grad_accumulation_fallback():
         row = RowParallelLinear(32, 64, config=config, init_method=torch.nn.init.xavier_normal_,
                                 bias=True, input_is_parallel=True, skip_bias_add=False)
     assert not column.gradient_accumulation_fusion and not row.gradient_accumulation_fusion
-    assert any("gradient_accumulation_fusion is off" in str(w.message) for w in caught), "no note"
+    assert any("gradient_accumulation_fusion is off" in str(w.message)
+               and "--no-gradient-accumulation-fusion" in str(w.message) for w in caught), "no note naming the flag"
     for dtype in (torch.float32, torch.bfloat16):
         weight = torch.randn(32, 64, dtype=dtype, requires_grad=True)
         weight.main_grad = torch.zeros(32, 64, dtype=torch.float32)
@@ -243,6 +244,78 @@ def check_gpt_trains_on_cpu():
     return f"local spec, RoPE, SwiGLU, RMSNorm: loss {losses[0]:.3f} -> {losses[-1]:.3f}; {len(state)} tensors"
 
 
+@check("core")
+def check_fallbacks_say_so_once():
+    """Each fallback to a torch path is said once, naming the option: layer norm without apex
+    (persist_layer_norm, memory_efficient_layer_norm), and Transformer Engine absent or broken."""
+    import importlib
+    import sys
+    import tempfile
+
+    from megatron.core.fusions.fused_layer_norm import FusedLayerNorm
+    import megatron.core.transformer.custom_layers.transformer_engine as te_layers
+
+    init_gloo()
+    FusedLayerNorm._noted_ignored = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            FusedLayerNorm(core_config(persist_layer_norm=True, memory_efficient_layer_norm=True), 64)
+    notes = [str(w.message) for w in caught if "ignored" in str(w.message)]
+    assert len(notes) == 1 and "persist_layer_norm and memory_efficient_layer_norm" in notes[0], notes
+
+    assert not te_layers.HAVE_TE and te_layers.TE_UNAVAILABLE == "Transformer Engine is not installed"
+    try:
+        te_layers.TELinear
+        te_layers.te.pytorch.Linear()
+    except ImportError as exc:
+        assert "not installed" in str(exc) and "--spec local" in str(exc), exc
+    # A Transformer Engine that is installed but fails to import is named as such, at once.
+    blockers = [f for f in sys.meta_path if type(f).__name__ == "BlockNvidiaOnly"]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "transformer_engine"))
+        with open(os.path.join(tmp, "transformer_engine", "__init__.py"), "w") as init:
+            init.write("raise ImportError('libtransformer_engine.so: cannot open shared object file', "
+                       "name='transformer_engine_torch')\n")
+        for f in blockers:
+            sys.meta_path.remove(f)
+        sys.path.insert(0, tmp)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                broken = importlib.reload(te_layers)
+            assert not broken.HAVE_TE and "installed but fails to import" in broken.TE_UNAVAILABLE, broken.TE_UNAVAILABLE
+            assert "libtransformer_engine.so" in broken.TE_UNAVAILABLE
+            assert any("fails to import" in str(w.message) for w in caught), [str(w.message) for w in caught]
+        finally:
+            sys.path.remove(tmp)
+            sys.modules.pop("transformer_engine", None)
+            sys.meta_path[:0] = blockers
+            importlib.reload(te_layers)
+    return "layer norm options ignored: one warning; TE absent vs installed-but-broken told apart"
+
+
+@check("core")
+def check_collectives_without_deprecation_warnings():
+    from megatron.core.tensor_parallel import mappings
+    from megatron.core.timers import Timers
+
+    init_gloo()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(4, 3)
+        assert torch.equal(mappings._gather_along_first_dim(x), x)
+        assert torch.equal(mappings._reduce_scatter_along_first_dim(x), x)
+        timers = Timers(log_level=2, log_option="minmax")
+        timers("step").start()
+        timers("step").stop()
+        timers.log(["step"], rank=0)
+    deprecated = [f"{w.category.__name__}: {w.message}" for w in caught
+                  if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    assert not deprecated, deprecated
+    return "all-gather, reduce-scatter and the timers' all-gather print no deprecation warning"
+
+
 # ---------------------------------------------------------------- the whole tree, on CPU
 
 
@@ -268,6 +341,16 @@ def check_checkpoint_load_and_failure():
             tracker.write("7")
         loaded, loaded_name, release = checkpointing._load_base_checkpoint(tmp, rank0=True)
         assert loaded["iteration"] == 7 and loaded["args"].num_layers == 2 and not release
+        with open(checkpointing.get_checkpoint_tracker_filename(tmp), "w") as tracker:
+            tracker.write("seven")
+        try:
+            checkpointing._load_base_checkpoint(tmp, rank0=True)
+        except SystemExit as exc:
+            assert exc.code and "Invalid metadata file" in str(exc.code), f"exit status {exc.code!r}"
+        else:
+            raise AssertionError("an invalid tracker file loaded")
+        with open(checkpointing.get_checkpoint_tracker_filename(tmp), "w") as tracker:
+            tracker.write("7")
         with open(name, "wb") as broken:
             broken.write(b"not a checkpoint")
         try:
@@ -278,7 +361,8 @@ def check_checkpoint_load_and_failure():
             pass
         else:
             raise AssertionError("a broken checkpoint loaded")
-    return "Namespace + numpy RNG state load under torch's default weights_only; a broken file raises"
+    return ("Namespace + numpy RNG state load under torch's default weights_only; a broken file raises, "
+            "an invalid tracker file exits non-zero with the reason")
 
 
 @check("upstream")
@@ -304,6 +388,49 @@ def check_sdpa_matches_core_attention():
         actual = actual.transpose(0, 1).reshape(seq, batch, heads * dim)
         close(actual, expected, dtype, f"sdpa vs CoreAttention {dtype}")
     return "FlashSelfAttention without flash_attn (SDPA) == CoreAttention, fp32/bf16, causal"
+
+
+@check("upstream")
+def check_legacy_group_query_attention():
+    """0110 legacy-gqa: the legacy ParallelAttention with 2 query groups for 4 heads equals the
+    same attention with 4 groups whose key/value heads are copies of their group's."""
+    from types import SimpleNamespace
+
+    import megatron.model.transformer as legacy
+    from megatron import global_vars
+    from megatron.model.enums import AttnMaskType
+
+    init_gloo()
+    seq, batch, heads, groups, dim = 16, 2, 4, 2, 8
+    per_group = heads // groups
+    mask = torch.triu(torch.ones(1, 1, seq, seq, dtype=torch.bool), diagonal=1)
+    config = core_config(hidden_size=heads * dim, num_attention_heads=heads, add_bias_linear=False,
+                         apply_query_key_layer_scaling=False, masked_softmax_fusion=False)
+    details = []
+    for flash in (False, True):  # CoreAttention, and the SDPA path of --use-flash-attn
+        def attention(query_groups):
+            global_vars.set_args(SimpleNamespace(
+                group_query_attention=query_groups != heads, num_query_groups=query_groups,
+                kv_channels=dim, num_attention_heads=heads, use_flash_attn=flash,
+                add_bias_linear=False, add_qkv_bias=False))
+            return legacy.ParallelAttention(config, 1, attn_mask_type=AttnMaskType.causal)
+
+        torch.manual_seed(0)
+        gqa, mha = attention(groups), attention(heads)
+        # GQA rows per group: [q of its per_group heads, k, v]; MHA rows per head: [q, k, v].
+        gqa_rows = gqa.query_key_value.weight.detach().view(groups, per_group + 2, dim, -1)
+        mha_rows = torch.stack([torch.stack([gqa_rows[h // per_group, h % per_group],
+                                             gqa_rows[h // per_group, per_group],
+                                             gqa_rows[h // per_group, per_group + 1]]) for h in range(heads)])
+        with torch.no_grad():
+            mha.query_key_value.weight.copy_(mha_rows.reshape(mha.query_key_value.weight.shape))
+            mha.dense.weight.copy_(gqa.dense.weight)
+        hidden = torch.randn(seq, batch, heads * dim)
+        expected, _ = mha(hidden, mask)
+        actual, _ = gqa(hidden, mask)  # RuntimeError: view size is not compatible, before the patch
+        close(actual, expected, torch.float32, f"GQA vs MHA with shared key/value heads (flash={flash})")
+        details.append("SDPA" if flash else "CoreAttention")
+    return f"{heads} heads in {groups} query groups == MHA with copied key/value heads: " + ", ".join(details)
 
 
 @check("upstream")
@@ -499,6 +626,88 @@ def check_megatron_optimizer_steps():
     assert not success and optimizer.get_loss_scale().item() == 2.0 ** 9, optimizer.get_loss_scale()
     assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
     return "vs torch AdamW/SGD + clip_grad_norm_, 3 steps: " + ", ".join(details) + "; fp16 overflow skipped"
+
+
+def apex_fused_adam_layout(torch_state, step):
+    """A torch AdamW state dict as apex FusedAdam wrote it: the step once per param group, with
+    bias_correction, and only exp_avg/exp_avg_sq per parameter."""
+    groups = [{key: group[key] for key in ("params", "lr", "betas", "eps", "weight_decay", "wd_mult", "lr_mult")}
+              | {"bias_correction": True, "step": step} for group in torch_state["param_groups"]]
+    state = {index: {key: s[key] for key in ("exp_avg", "exp_avg_sq")} for index, s in torch_state["state"].items()}
+    return {"state": state, "param_groups": groups}
+
+
+@check("training")
+def check_apex_fused_adam_checkpoint_resumes():
+    import tempfile
+
+    from megatron import checkpointing, global_vars
+    from megatron.core.timers import Timers
+    from megatron.optimizer import get_megatron_optimizer
+
+    init_gloo()
+    timers = Timers(log_level=2, log_option="minmax")
+
+    def model_and_optimizer(args, seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.Linear(12, 4)).to(args.params_dtype)
+        optimizer = get_megatron_optimizer([model])
+        for group in optimizer.optimizer.param_groups:
+            group["weight_decay"] = args.weight_decay * group["wd_mult"]
+        return model, optimizer
+
+    def step(model, optimizer, args, seed):
+        grads = torch.Generator().manual_seed(seed)
+        for param in model.parameters():
+            param.main_grad = torch.randn(param.shape, generator=grads)
+        assert optimizer.step(args, timers)[0]
+
+    details = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in (torch.float32, torch.bfloat16):
+            args = optimizer_args(
+                bf16=dtype == torch.bfloat16, params_dtype=dtype, load=tmp, finetune=False, no_load_optim=False,
+                no_load_rng=True, consumed_train_samples=0, consumed_valid_samples=0, retro_add_retriever=False,
+                transformer_impl="local", exit_on_missing_checkpoint=False, fp16=False,
+            )
+            global_vars.set_args(args)
+            first, first_opt = model_and_optimizer(args, 0)
+            for i in range(2):
+                step(first, first_opt, args, i)
+            saved = first_opt.state_dict()
+            if dtype == torch.float32:
+                saved = apex_fused_adam_layout(saved, 2)
+            else:
+                saved["optimizer"] = apex_fused_adam_layout(saved["optimizer"], 2)
+            name = checkpointing.get_checkpoint_name(tmp, 2)
+            os.makedirs(os.path.dirname(name), exist_ok=True)
+            torch.save({"iteration": 2, "checkpoint_version": 3.0, "model": first.state_dict(), "optimizer": saved}, name)
+            with open(checkpointing.get_checkpoint_tracker_filename(tmp), "w") as tracker:
+                tracker.write("2")
+
+            resumed, resumed_opt = model_and_optimizer(args, 1)
+            iteration, _ = checkpointing.load_checkpoint([resumed], resumed_opt, None)  # KeyError 'step' before
+            assert iteration == 2, iteration
+            step(first, first_opt, args, 2)
+            step(resumed, resumed_opt, args, 2)
+            for p in resumed_opt.optimizer.param_groups[0]["params"]:
+                assert float(resumed_opt.optimizer.state[p]["step"]) == 3, resumed_opt.optimizer.state[p]
+            for old, new in zip(first.parameters(), resumed.parameters()):
+                torch.testing.assert_close(new, old)
+
+            # A checkpoint whose optimizer state cannot be loaded stops the run with an error.
+            torch.save({"iteration": 2, "checkpoint_version": 3.0, "model": first.state_dict()}, name)
+            try:
+                checkpointing.load_checkpoint([resumed], resumed_opt, None)
+            except SystemExit as exc:
+                raise AssertionError(f"a failed optimizer load exits with status {exc.code!r}")
+            except RuntimeError as exc:
+                assert "Unable to load optimizer" in str(exc) and "'optimizer'" in str(exc), exc
+            else:
+                raise AssertionError("a checkpoint without optimizer state loaded")
+            details.append(str(dtype).removeprefix("torch."))
+    return "apex FusedAdam layout (group step) resumes into torch AdamW and steps as the saved run: " + \
+        ", ".join(details) + "; a missing optimizer state raises"
 
 
 @check("training")

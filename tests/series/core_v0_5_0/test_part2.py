@@ -2,14 +2,17 @@
 
 On the wheel's real megatron/core bytes (CI): layer norm and RMSNorm, the gradient-accumulation
 fallback, RoPE, trusted checkpoint loading, a megatron-core GPT (local spec, RoPE, SwiGLU, RMSNorm)
-training a few steps with gloo at world size 1, and (0109 cpu-training) the DDP grad buffers and
-the timers on CPU over gloo.
+training a few steps with gloo at world size 1, each fallback said once (layer norm options
+without apex, Transformer Engine absent or broken), collectives without torch's deprecation
+warnings, and (0109 cpu-training) the DDP grad buffers and the timers on CPU over gloo.
 On the whole pinned tree (ROCMPATCH_TEST_UPSTREAM): --use-flash-attn's SDPA path against the
 unfused softmax path of megatron/model/transformer.py, checkpoint loading through
-megatron.checkpointing under torch's default weights_only, the distributed optimizer's state round
-trip with torch AdamW's per-parameter step, and (0109) megatron.optimizer's AdamW/SGD steps (fp32,
-and bf16/fp16 through Float16OptimizerWithFloat16Params) against torch's optimizers and
-clip_grad_norm_fp32 against torch.nn.utils.clip_grad_norm_.
+megatron.checkpointing under torch's default weights_only (and a failed load exiting non-zero),
+the legacy ParallelAttention with query groups (0110), the distributed optimizer's state round trip
+with torch AdamW's per-parameter step, a checkpoint in apex FusedAdam's layout resumed through
+load_checkpoint, and (0109) megatron.optimizer's AdamW/SGD steps (fp32, and bf16/fp16 through
+Float16OptimizerWithFloat16Params) against torch's optimizers and clip_grad_norm_fp32 against
+torch.nn.utils.clip_grad_norm_.
 """
 
 from __future__ import annotations
@@ -29,14 +32,19 @@ GROUPS = {
         "rope",
         "checkpoint_round_trip",
         "gpt_trains_on_cpu",
+        "fallbacks_say_so_once",
+        "collectives_without_deprecation_warnings",
     )),
     "upstream": ("patched_full", (
         "checkpoint_load_and_failure",
         "sdpa_matches_core_attention",
+        "legacy_group_query_attention",
         "distributed_optimizer_step_round_trip",
     )),
     "training_core": ("patched_core", ("ddp_grad_buffer_on_cpu", "timers_on_cpu")),
-    "training": ("patched_full", ("megatron_optimizer_steps", "clip_grad_norm_matches_torch")),
+    "training": ("patched_full", (
+        "megatron_optimizer_steps", "apex_fused_adam_checkpoint_resumes", "clip_grad_norm_matches_torch",
+    )),
 }
 
 

@@ -1,7 +1,10 @@
 """Patch 0109 (cpu-training) on CPU: pretrain_gpt.py itself under torchrun on the whole patched
-tree (ROCMPATCH_TEST_UPSTREAM; 1 process, gloo, mock data, a tiny model): the legacy model saves at
-iteration 5 and a second run resumes it to 10; the megatron-core model (local spec) trains 8
-iterations. 0109's unit checks (DDP, timers, optimizers, clipping) are in test_part2.py.
+tree (ROCMPATCH_TEST_UPSTREAM; 1 process, gloo, mock data, a tiny model, dropout 0.1): the legacy
+model saves at iteration 5 and a second run resumes it to 10 with the losses of a straight run;
+Llama-style configurations (query groups, SwiGLU, RMSNorm, RoPE) train on the megatron-core model
+(local spec) and on the legacy model (0110); without --distributed-backend gloo a run without a
+GPU stops with the diagnosis. 0109's unit checks (DDP, timers, optimizers, clipping) are in
+test_part2.py.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import pytest
 pytest.importorskip("torch")
 
 # A tiny GPT on --mock-data: NullTokenizer needs no vocabulary file. On a machine without a GPU,
-# initialize_megatron picks gloo and CPU initialization by itself (0109); docs/patches.md
-# shows these lines as a command.
+# --distributed-backend gloo asks for the CPU run (0109: without it the run stops); docs/patches.md
+# shows these lines as a command. Dropout is Megatron's default 0.1.
 TINY_GPT = [
     "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
     "--seq-length", "64", "--max-position-embeddings", "64",
@@ -49,15 +52,23 @@ def needs_dataset_helpers():
         pytest.skip(f"pretrain_gpt.py builds the dataset helpers: missing {', '.join(missing)}")
 
 
-def pretrain_gpt(tree: Path, *extra: str) -> tuple[dict[int, tuple[int, float, float]], str]:
-    """Run pretrain_gpt.py on CPU: {iteration: (consumed samples, learning rate, lm loss)}, output."""
-    needs_dataset_helpers()
+LLAMA = ["--group-query-attention", "--num-query-groups", "2", "--swiglu", "--normalization", "RMSNorm",
+         "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear"]
+
+
+def run_pretrain_gpt(tree: Path, args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_"))}
     env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="2", PYTHONPATH=str(tree))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
-               "pretrain_gpt.py", *TINY_GPT, *extra]
-    proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=400)
+               "pretrain_gpt.py", *args]
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=400)
+
+
+def pretrain_gpt(tree: Path, *extra: str) -> tuple[dict[int, tuple[int, float, float]], str]:
+    """Run pretrain_gpt.py on CPU: {iteration: (consumed samples, learning rate, lm loss)}, output."""
+    needs_dataset_helpers()
+    proc = run_pretrain_gpt(tree, [*TINY_GPT, *extra])
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"pretrain_gpt.py {' '.join(extra)} failed:\n{output[-6000:]}"
     steps = {int(m[1]): (int(m[2]), float(m[3]), float(m[4])) for m in ITERATION.finditer(output)}
@@ -83,11 +94,32 @@ def test_pretrain_gpt_legacy_bf16_saves_and_resumes(patched_full, tmp_path):
     # The weights continue too: a fresh model starts near ln(128) ~ 4.9.
     assert loss(resumed, 6) < loss(first, 1) - 0.3, (first, resumed)
     assert loss(resumed, 10) < loss(first, 5) and loss(first, 5) < loss(first, 1), (first, resumed)
+    # With dropout on, the resumed run is the straight run: the dropout stream (the CPU generator,
+    # which the data loaders no longer draw from) continues where the saved run stopped.
+    straight, _ = pretrain_gpt(patched_full, "--bf16")
+    assert {i: straight[i] for i in range(6, 11)} == resumed, (straight, resumed)
+
+
+def test_pretrain_gpt_without_gpu_needs_gloo(patched_full):
+    args = [a for a in TINY_GPT if a not in ("--distributed-backend", "gloo")]
+    proc = run_pretrain_gpt(patched_full, args)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    assert "Megatron sees no GPU" in output and "--distributed-backend gloo" in output, output[-3000:]
+
+
+def test_pretrain_gpt_legacy_llama_trains(patched_full):
+    steps, output = pretrain_gpt(patched_full, *LLAMA, "--use-flash-attn", "--train-iters", "6")
+    assert output.count("--use-flash-attn: the flash_attn package is not installed") == 1, output[-3000:]
+    assert sorted(steps) == list(range(1, 7))
+    assert loss(steps, 6) < loss(steps, 1) - 0.3, steps
 
 
 def test_pretrain_gpt_mcore_local_trains(patched_full):
     steps, output = pretrain_gpt(patched_full, "--use-mcore-models", "--transformer-impl", "local",
-                                 "--train-iters", "8")
-    assert "no GPU: training on the CPU with the gloo backend" in output
+                                 *LLAMA, "--train-iters", "8")
+    assert "no GPU visible and --distributed-backend gloo: training on CPU" in output
+    assert "Transformer Engine is not installed: the model uses the local layer spec (--spec local)" in output
+    assert "is deprecated" not in output, output[-3000:]
     assert sorted(steps) == list(range(1, 9))
     assert loss(steps, 8) < loss(steps, 1) - 0.3, steps

@@ -1,0 +1,38 @@
+"""`rocmpatch example [--write DIR]`: the launch script examples/pretrain_gpt_rocm.sh, from the checkout
+(editable install) or from the copy bundled in the wheel: print where it is, or write it into DIR."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from rocmpatch.console import out
+from rocmpatch.errors import EnvironmentProblem, ExitCode, UsageError
+from rocmpatch.series import BUNDLED_DIR, PACKAGE_DIR
+
+SCRIPT = "pretrain_gpt_rocm.sh"
+
+
+def script_path() -> Path:
+    for candidate in (PACKAGE_DIR.parent / "examples" / SCRIPT, BUNDLED_DIR / "examples" / SCRIPT):
+        if candidate.is_file():
+            return candidate
+    raise EnvironmentProblem(f"{SCRIPT} is neither in this checkout's examples/ nor bundled with this install",
+                             hint="reinstall rocmpatch from a wheel or a full checkout")
+
+
+def run(*, write: Path | None) -> ExitCode:
+    source = script_path()
+    if write is None:
+        out.print(str(source), markup=False)
+        return ExitCode.OK
+    destination = write / SCRIPT
+    if destination.exists():
+        raise UsageError(f"{destination} already exists; nothing was written",
+                         hint="remove it or choose another directory")
+    write.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+    destination.chmod(0o755)
+    out.print(f"wrote {destination}: run it from outside the patched tree, with --megatron-dir <tree> "
+              f"(--help lists every option)", markup=False)
+    return ExitCode.OK
