@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmpatch import gitcmd, history, target
+from rocmpatch.console import note
 from rocmpatch.errors import TargetRefused
+from rocmpatch.files import create_new_file
 from rocmpatch.series import LoadedSeries
 
 
@@ -18,6 +21,8 @@ class UnapplyResult:
     removed: list[str] = field(default_factory=list)  # patch names taken off
     saved_edits: Path | None = None
     recovered: str | None = None
+    kept: list[str] = field(default_factory=list)  # nested git repositories left in place
+    abandoned: str | None = None  # an interrupted operation --force rolled back (its journal removed)
 
 
 def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> UnapplyResult:
@@ -26,8 +31,15 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
     repo = gitcmd.open_repo(directory)
     result = UnapplyResult(directory)
     with target.locked(repo):
-        if not force:
+        try:
             result.recovered = target.recover(repo)
+        except TargetRefused:
+            journal = target.pending(repo)
+            if not force or journal is None:
+                raise
+            # Edits on top of an interrupted move: saved below with the rest, then discarded,
+            # which rolls the move back to HEAD; the journal goes with it.
+            result.abandoned = journal["operation"]
         state = history.read(repo)
         pin = lock.upstream.commit
         if state.base != pin:
@@ -38,30 +50,44 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
         if dirty and not force:
             target.refuse_user_edits(repo, hint="run 'rocmpatch unapply --force' to save them as a patch file first")
         if dirty:
-            result.saved_edits = _save_edits(repo, state.head)
-            _discard_edits(repo, state.head, dirty)
+            result.kept = [path.rstrip("/") for code, path in dirty if code == "??" and _is_nested_repo(repo, path)]
+            result.saved_edits = _save_edits(repo, state.head, result.kept)
+            note(f"saved your uncommitted edits to {result.saved_edits}")
+            _discard_edits(repo, state.head, dirty, result.kept)
+        if result.abandoned:
+            target.drop_journal(repo)
         if state.head != pin:
             target.move(repo, state.head, pin, "unapply")
     return result
 
 
-def _save_edits(repo, head: str) -> Path:
-    """The user's uncommitted changes (untracked files too) as a patch `git apply` takes back."""
-    snapshot = gitcmd.worktree_tree(repo)
+def _is_nested_repo(repo, path: str) -> bool:
+    full = Path(repo.working_tree_dir) / path
+    return full.is_dir() and not full.is_symlink() and os.path.lexists(full / ".git")
+
+
+def _save_edits(repo, head: str, nested: list[str]) -> Path:
+    """The user's uncommitted changes (untracked files too) as a patch `git apply` takes back.
+
+    Nested git repositories are left out (a patch can only hold a gitlink for them); they stay."""
+    snapshot = gitcmd.worktree_tree(repo, leave_out=nested)
     text = gitcmd.diff_trees(repo, gitcmd.tree_of(repo, head), snapshot)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     path = target.state_dir(repo) / f"saved-edits-{stamp}.patch"
-    with open(path, "wb") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    create_new_file(path, text)
     return path
 
 
-def _discard_edits(repo, head: str, dirty: list[tuple[str, str]]) -> None:
-    """Only after _save_edits: reset to HEAD, and remove the files git does not track."""
+def _discard_edits(repo, head: str, dirty: list[tuple[str, str]], nested: list[str]) -> None:
+    """Only after _save_edits: reset to HEAD, and remove the files git does not track (never a
+    nested repository, nor anything through a symlink)."""
     gitcmd.force_tree(repo, gitcmd.tree_of(repo, head))
     root = Path(repo.working_tree_dir)
     for code, path in dirty:
-        if code == "??":
-            (root / path).unlink(missing_ok=True)
+        full = root / path
+        if code != "??" or path.rstrip("/") in nested:
+            continue
+        if full.is_dir() and not full.is_symlink():
+            shutil.rmtree(full)
+        else:
+            full.unlink(missing_ok=True)
