@@ -20,6 +20,9 @@ from rocmpatch.errors import InvalidInput, PatchConflict
 
 DEV_NULL = "/dev/null"
 REGULAR_MODE = "100644"
+SYMLINK_MODE = "120000"
+GITLINK_MODE = "160000"
+FILE_MODES = (REGULAR_MODE, "100755")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class FilePatch:
     hunks: tuple[Hunk, ...]
     new_mode: str  # mode of an added file ("100644" unless the diff says otherwise)
     text: str  # this file's section of the diff, usable as a patch on its own
+    copy: bool = False  # a git copy: old_path stays (a reversed copy removes new_path again)
 
     @property
     def path(self) -> str:
@@ -54,6 +58,8 @@ class FilePatch:
             Hunk(h.index, _target_start(h), len(h.new_lines), h.new_lines, h.old_lines, h.header)
             for h in self.hunks
         )
+        if self.copy:  # undoing a copy: the copy goes, its source stays
+            return FilePatch(self.new_path, None, hunks, REGULAR_MODE, self.text, copy=True)
         return FilePatch(self.new_path, self.old_path, hunks, REGULAR_MODE, self.text)
 
 
@@ -90,20 +96,34 @@ def parse_patch(text: str, *, name: str, source: str) -> Patch:
         old_path = _strip_prefix(patched.source_file, source)
         new_path = _strip_prefix(patched.target_file, source)
         info = list(patched.patch_info or [])
-        if patched.is_rename:
-            # unidiff reports both names from the "rename from/to" lines; trust them over ---/+++.
-            old_path = _extended_header(info, "rename from ") or old_path
-            new_path = _extended_header(info, "rename to ") or new_path
+        copy = any(line.startswith(("copy from ", "copy to ")) for line in info)
+        if patched.is_rename or copy:
+            # "rename/copy from/to" name the paths git apply uses: each must be safe, and agree
+            # with the ---/+++ names.
+            kind = "copy" if copy else "rename"
+            named_old, named_new = _extended_header(info, f"{kind} from "), _extended_header(info, f"{kind} to ")
+            for named, other in ((named_old, old_path), (named_new, new_path)):
+                if named is None:
+                    raise InvalidInput(source, f"a {kind} of {patched.path} lacks its '{kind} from' or '{kind} to' line", hint="regenerate it with git format-patch")
+                check_safe_path(named, source)
+                if other is not None and other != named:
+                    raise InvalidInput(source, f"'{kind}' names {named!r}, but the ---/+++ lines name {other!r}", hint="regenerate it with git format-patch")
+            old_path, new_path = named_old, named_new
         for path in (old_path, new_path):
             if path is not None:
                 check_safe_path(path, source)
+        new_mode = _check_modes(info, source, new_path or old_path or "")
+        hunks = tuple(_convert_hunk(i, h, raw_lines) for i, h in enumerate(patched, start=1))
+        if new_mode == SYMLINK_MODE:
+            check_symlink_target(new_path or "", "".join(line for h in hunks for line in h.new_lines), source)
         files.append(
             FilePatch(
                 old_path=old_path,
                 new_path=new_path,
-                hunks=tuple(_convert_hunk(i, h, raw_lines) for i, h in enumerate(patched, start=1)),
-                new_mode=_extended_header(info, "new file mode ") or REGULAR_MODE,
+                hunks=hunks,
+                new_mode=new_mode,
                 text=_file_section(str(patched)),
+                copy=copy,
             )
         )
     return Patch(name=name, source=source, files=tuple(files))
@@ -123,6 +143,38 @@ def check_safe_path(path: str, source: str) -> None:
         raise InvalidInput(source, f"refusing unsafe path {path!r}", hint="a patch may only touch files inside the tree, never .git")
 
 
+def _check_modes(info: list[str], source: str, path: str) -> str:
+    """The added file's mode; every mode line must name a regular file, an executable, or (for a
+    new file only) a symlink. Gitlinks (submodules) and anything else are refused."""
+    new_mode = REGULAR_MODE
+    for prefix in ("new file mode ", "deleted file mode ", "old mode ", "new mode "):
+        mode = _extended_header(info, prefix)
+        if mode is None:
+            continue
+        allowed = (*FILE_MODES, SYMLINK_MODE) if prefix == "new file mode " else FILE_MODES
+        if mode not in allowed:
+            what = "a gitlink (submodule)" if mode == GITLINK_MODE else "a symlink" if mode == SYMLINK_MODE else "an unknown mode"
+            raise InvalidInput(source, f"{path}: '{prefix}{mode}' is {what}, which a patch may not {'create' if prefix == 'new file mode ' else 'change'}",
+                               hint="a patch may only add or change regular files (100644, 100755), or add a symlink that stays inside the tree")
+        if prefix == "new file mode ":
+            new_mode = mode
+    return new_mode
+
+
+def check_symlink_target(path: str, target: str, source: str) -> None:
+    """A symlink a patch creates must point inside the tree, never into .git."""
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if (
+        not target
+        or target.startswith("/")
+        or any(c in target for c in "\0\n\\")
+        or joined == ".."
+        or joined.startswith("../")
+        or any(part.lower() == ".git" for part in joined.split("/"))
+    ):
+        raise InvalidInput(source, f"the symlink {path!r} points to {target!r}, outside the tree", hint="a symlink a patch adds must point to a path inside the tree (relative, not into .git)")
+
+
 def apply_patch(patch: Patch, read: Reader) -> dict[str, bytes | None]:
     """Apply `patch` to the files `read` returns; return {path: new bytes, or None if deleted}.
 
@@ -136,13 +188,13 @@ def apply_patch(patch: Patch, read: Reader) -> dict[str, bytes | None]:
 
     for file_patch in patch.files:
         old = current(file_patch.old_path) if file_patch.old_path else None
-        if file_patch.old_path is None and current(file_patch.new_path) is not None:
+        if (file_patch.old_path is None or file_patch.copy) and file_patch.new_path and current(file_patch.new_path) is not None:
             raise PatchConflict(patch.name, file_patch.new_path, None, "the patch creates this file, but it already exists")
         if file_patch.old_path is not None and old is None:
             raise PatchConflict(patch.name, file_patch.old_path, None, "the file does not exist")
         new = apply_file_patch(file_patch, old, patch.name)
-        if file_patch.old_path and file_patch.old_path != file_patch.new_path:
-            changes[file_patch.old_path] = None
+        if file_patch.old_path and file_patch.old_path != file_patch.new_path and not (file_patch.copy and file_patch.new_path):
+            changes[file_patch.old_path] = None  # a rename (or an undone copy) removes the old path
         if file_patch.new_path:
             changes[file_patch.new_path] = new
     return changes
@@ -169,7 +221,7 @@ def apply_file_patch(file_patch: FilePatch, old: bytes | None, patch_name: str) 
         position = start + len(hunk.old_lines)
     result.extend(lines[position:])
     if file_patch.new_path is None:
-        if result:
+        if result and not file_patch.copy:
             raise PatchConflict(patch_name, file_patch.path, None, "the patch deletes this file, but it has other content")
         return None
     return "".join(result).encode("utf-8", "surrogateescape")
@@ -200,13 +252,13 @@ def _convert_hunk(index: int, hunk, raw_lines: list[str]) -> Hunk:
     previous = None
     for line in hunk:
         kind = line.line_type
-        if line.diff_line_no is None:  # unidiff's placeholder for a blank line after the hunk
-            continue
-        if kind == "\\":  # "\ No newline at end of file" applies to the line before it
+        if kind == "\\":  # "\ No newline at end of file" applies to the line before it (unidiff gives it no line number)
             if previous in (" ", "-") and old:
                 old[-1] = old[-1].removesuffix("\n")
             if previous in (" ", "+") and new:
                 new[-1] = new[-1].removesuffix("\n")
+            continue
+        if line.diff_line_no is None:  # unidiff's placeholder for a blank line after the hunk
             continue
         value = raw_lines[line.diff_line_no - 1][1:]
         if kind in (" ", "-"):

@@ -27,6 +27,8 @@ from rocmpatch.store import file_lock
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0
 INTERRUPT_VARIABLE = "ROCMPATCH_TEST_INTERRUPT_AT"  # tests: send ourselves SIGINT at a named point
+SIGNAL_VARIABLE = "ROCMPATCH_TEST_SIGNAL"  # tests: which signal (INT, KILL); INT unless set
+ANNOUNCE_VARIABLE = "ROCMPATCH_TEST_ANNOUNCE"  # tests: say "rocmpatch-test: at NAME" on stderr at each point
 
 
 def state_dir(repo: git.Repo) -> Path:
@@ -51,9 +53,12 @@ def locked(repo: git.Repo) -> Iterator[None]:
 
 
 def interruption_point(name: str) -> None:
-    """A no-op unless a test asked to be interrupted here (a real SIGINT, as from Ctrl-C)."""
+    """A no-op unless a test asked to be interrupted here (a real SIGINT, as from Ctrl-C, or the
+    signal ROCMPATCH_TEST_SIGNAL names), or to be told when we get here (to kill us a moment later)."""
+    if os.environ.get(ANNOUNCE_VARIABLE):
+        os.write(2, f"rocmpatch-test: at {name}\n".encode())
     if os.environ.get(INTERRUPT_VARIABLE) == name:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(SIGNAL_VARIABLE, "INT")))
 
 
 def refuse_user_edits(repo: git.Repo, *, hint: str) -> None:
