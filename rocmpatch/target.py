@@ -72,13 +72,19 @@ def move(repo: git.Repo, old_commit: str, new_commit: str, operation: str) -> No
     """Move HEAD, index and working tree from old_commit to new_commit, journaled."""
     old_tree, new_tree = gitcmd.tree_of(repo, old_commit), gitcmd.tree_of(repo, new_commit)
     refuse_untracked_obstacles(repo, old_tree, new_tree)
-    journal = journal_path(repo)
-    replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
-    interruption_point("journal-written")
+    journal = write_journal(repo, operation, old_commit, new_commit)
     gitcmd.move_tree(repo, old_tree, new_tree)
     interruption_point("worktree-updated")
     gitcmd.update_ref(repo, "HEAD", new_commit, old_commit, message=f"rocmpatch {operation}")
     journal.unlink()
+
+
+def write_journal(repo: git.Repo, operation: str, old_commit: str, new_commit: str) -> Path:
+    """Record, durably, that the target is moving from old_commit to new_commit."""
+    journal = journal_path(repo)
+    replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
+    interruption_point("journal-written")
+    return journal
 
 
 def refuse_untracked_obstacles(repo: git.Repo, old_tree: str, new_tree: str) -> None:

@@ -46,6 +46,8 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
             raise TargetRefused(f"{directory}: is at {state.base or 'no commit'}, not the pinned {lock.upstream.ref} ({pin}) plus patches; nothing was changed",
                                 hint="unapply only undoes what 'rocmpatch apply' did")
         result.removed = [a.name for a in reversed(state.applied)]
+        if state.head != pin:  # before anything is discarded
+            target.refuse_untracked_obstacles(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin))
         dirty = gitcmd.dirty_paths(repo)
         if dirty and not force:
             target.refuse_user_edits(repo, hint="run 'rocmpatch unapply --force' to save them as a patch file first")
@@ -53,11 +55,13 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
             result.kept = [path.rstrip("/") for code, path in dirty if code == "??" and _is_nested_repo(repo, path)]
             result.saved_edits = _save_edits(repo, state.head, result.kept)
             note(f"saved your uncommitted edits to {result.saved_edits}")
+            # Journaled: a kill while discarding leaves a journal (and maybe git's index.lock)
+            # that the next unapply clears, instead of a target git refuses to touch.
+            target.write_journal(repo, "unapply", state.head, pin)
             _discard_edits(repo, state.head, dirty, result.kept)
-        if result.abandoned:
-            target.drop_journal(repo)
         if state.head != pin:
             target.move(repo, state.head, pin, "unapply")
+        target.drop_journal(repo)
     return result
 
 

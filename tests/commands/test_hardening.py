@@ -157,6 +157,23 @@ def test_a_real_edit_after_a_kill_is_still_refused_and_force_saves_it(project, u
     assert gitcmd.head_commit(repo) == upstream.commit and gitcmd.dirty_paths(repo) == []
 
 
+def test_kill_while_force_discards_edits_is_cleared_by_the_next_force(cli, project, upstream, tmp_path):
+    from tests.cli_process import run_rocmpatch
+
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    (target / "pkg/a.py").write_text("mine\n")
+    where = ("--target", str(target), "--series-dir", str(project.series_dir))
+    killed = run_rocmpatch("unapply", "--force", *where, env={"ROCMPATCH_TEST_INTERRUPT_AT": "journal-written", "ROCMPATCH_TEST_SIGNAL": "KILL"})
+    assert killed.returncode == -signal.SIGKILL and "saved your uncommitted edits to" in killed.stderr
+    assert run_rocmpatch("unapply", *where).returncode == ExitCode.TARGET_REFUSED
+    forced = run_rocmpatch("unapply", "--force", *where)
+    assert forced.returncode == 0, forced.stderr
+    assert not (target / ".git/rocmpatch/journal.json").exists()
+    assert all(b"+mine" in saved.read_bytes() for saved in (target / ".git/rocmpatch").glob("saved-edits-*.patch"))
+    assert gitcmd.head_commit(gitcmd.open_repo(target)) == upstream.commit
+
+
 # 3. unapply --force with a nested repository ---------------------------------------------------
 
 
