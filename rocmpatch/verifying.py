@@ -1,10 +1,11 @@
 """`rocmpatch verify`: is the target byte for byte pin + series?
 
 Compared is what git compares: content, mode (executable or not) and type (file, symlink,
-nested repository) of every path. The working tree is hashed whole into a temporary index
-(`git add -A`), so neither the target's index nor its flags (assume-unchanged, skip-worktree)
-nor its configuration (core.fileMode=false, an fsmonitor) can hide a change: its tree id equal
-to the lock's patched_tree, with HEAD's too, is the answer yes. Otherwise paths are compared
+nested repository) of every path. The working tree is hashed whole into a temporary index and
+object directory (`git add -A`; the target is not written), so neither the target's index nor its
+flags (assume-unchanged, skip-worktree) nor its configuration (core.fileMode=false, an fsmonitor)
+can hide a change: HEAD's tree equal to the lock's patched_tree, and the working tree to HEAD's,
+is the answer yes. Otherwise paths are compared
 entry by entry, to say for each what happened to it.
 """
 
@@ -67,12 +68,11 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
                           interrupted=journal["operation"] if journal else None)
     # Untracked nested repositories ("?? dir/") cannot be hashed into a tree: reported as added.
     nested = [path for code, path in gitcmd.dirty_paths(repo) if code == "??" and path.endswith("/")]
-    snapshot = gitcmd.worktree_tree(repo, leave_out=nested)
-    if head_tree == lock.patched_tree and snapshot == lock.patched_tree and not nested:
+    now_entries = gitcmd.snapshot_entries(repo, leave_out=nested)
+    actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
+    if head_tree == lock.patched_tree and now_entries == actual and not nested:
         return report
     expected, pin = _expected_entries(repo, loaded, lock, url_override)
-    actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
-    now_entries = gitcmd.list_tree(repo, snapshot)
     touched = touched_by(loaded.patches)
     for path in sorted(expected.keys() | now_entries.keys()):
         now, want = now_entries.get(path), expected.get(path)

@@ -119,6 +119,31 @@ def worktree_tree(repo: git.Repo, *, leave_out: list[str] = ()) -> str:
         return run_bytes(repo, "write-tree", env=env).decode().strip()
 
 
+def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, Entry]:
+    """What the working tree holds, path by path, as git would record it (mode, type, blob id;
+    untracked files included, ignored ones not), without writing anything to the repository:
+    a temporary index, and the blobs hashed into a temporary object directory that borrows the
+    repository's objects. Every file is hashed, so the index's stat data and flags
+    (assume-unchanged, skip-worktree) cannot hide a change."""
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-snapshot-") as scratch:
+        objects = Path(scratch) / "objects"
+        objects.mkdir()
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), "GIT_OBJECT_DIRECTORY": str(objects),
+               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(repo.git_dir) / "objects")}
+        if resolve_commit(repo, "HEAD"):
+            run_bytes(repo, "read-tree", "HEAD", env=env)
+        excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
+        run_bytes(repo, "add", "-A", "--", ".", *excluded, env=env)
+        out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
+    entries: dict[str, Entry] = {}
+    for record in out.split(b"\0"):
+        if record:
+            meta, path = record.split(b"\t", 1)
+            mode, sha, _stage = meta.split(b" ")
+            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
+    return entries
+
+
 def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
     """A patch from old_tree to new_tree that `git apply` takes back (binary-safe, full ids)."""
     return run_bytes(repo, "diff", "--no-ext-diff", "--no-textconv", "--binary", "--full-index", "--no-renames", old_tree, new_tree)

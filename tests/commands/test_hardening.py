@@ -272,10 +272,14 @@ def test_verify_sees_symlink_swaps_and_mode_changes(cli, tmp_path):
     (target / "pkg/b.py").symlink_to(copy)
     (target / "README.md").chmod(0o755)
     subprocess.run(["git", "-C", str(target), "config", "core.fileMode", "false"], check=True)
+    (target / "pkg/a.py").write_text("edited\n")
+    subprocess.run(["git", "-C", str(target), "update-index", "--assume-unchanged", "pkg/a.py"], check=True)
+    objects = sorted((target / ".git/objects").rglob("*"))
     result = cli("verify", "--target", str(target), "--json")
+    assert sorted((target / ".git/objects").rglob("*")) == objects  # verify writes nothing to the target
     assert result.exit_code == ExitCode.CHECK_FAILED, result.stdout
     kinds = {d["path"]: d["kind"] for d in json.loads(result.stdout)["differences"]}
-    assert kinds == {"pkg/b.py": "type-changed", "README.md": "mode-changed"}
+    assert kinds == {"pkg/b.py": "type-changed", "README.md": "mode-changed", "pkg/a.py": "edited"}
 
 
 # 7. no program configured in the target runs -------------------------------------------------------
