@@ -62,8 +62,8 @@ def test_ignored_file_where_the_series_creates_one_is_refused(cli, tmp_path):
 def big_series(tmp_path, upstream):
     """A series whose move keeps `git read-tree -u` busy long enough to be killed in the middle:
     many new files and a large one (cut short when git dies writing it)."""
-    files = {f"gen/m{i:04d}.py": "".join(f"x{j} = {i * j}\n" for j in range(12)) for i in range(150)}
-    files["gen/large.py"] = "".join(f"value_{j} = {j}  # a long line to make the file large\n" for j in range(8000))
+    files = {f"gen/m{i:04d}.py": "".join(f"x{j} = {i * j}\n" for j in range(12)) for i in range(120)}
+    files["gen/large.py"] = "".join(f"value_{j} = {j}  # a long line to make the file large\n" for j in range(6000))
     return make_series(tmp_path / "big", upstream, patches=[("many-files", files)])
 
 
@@ -110,7 +110,7 @@ def test_kill_during_the_move_is_finished_by_the_next_run(tmp_path, upstream):
     where = ["--target", str(target), "--series-dir", str(location.series_dir)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     rng = random.Random(13)
-    for command, sig in (("apply", signal.SIGKILL), ("unapply", signal.SIGKILL), ("apply", signal.SIGINT), ("unapply", signal.SIGINT)):
+    for command, sig in (("apply", signal.SIGKILL), ("unapply", signal.SIGKILL), ("apply", signal.SIGINT)):
         delay = rng.uniform(0.0, 0.03)
         status = run_until_killed([command, *where], sig, delay)
         again = subprocess.run([*ROCMPATCH, command, *where], env=env, capture_output=True, text=True)
