@@ -22,7 +22,8 @@ from typing import Iterator
 import git
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import Busy, UpstreamError
+from rocmpatch.errors import Busy, TargetRefused, UpstreamError
+from rocmpatch.files import open_lock_file
 from rocmpatch.schema import Upstream
 
 UPSTREAM_URL_VARIABLE = "ROCMPATCH_UPSTREAM_URL"
@@ -121,7 +122,10 @@ def file_lock(path: Path, *, wait: float, what: str) -> Iterator[None]:
 
     The kernel drops the lock when the process dies, so a crash never leaves a stale lock.
     """
-    handle = open(path, "a+")
+    try:
+        handle = open_lock_file(path)
+    except OSError as exc:  # ELOOP: a symlink planted at the lock's name
+        raise TargetRefused(f"{path}: cannot open the lock file ({exc.strerror})", hint=f"remove {path} if it is a symlink") from None
     try:
         deadline = time.monotonic() + wait
         while True:

@@ -27,6 +27,8 @@ from rocmpatch.store import file_lock
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0
 INTERRUPT_VARIABLE = "ROCMPATCH_TEST_INTERRUPT_AT"  # tests: send ourselves SIGINT at a named point
+SIGNAL_VARIABLE = "ROCMPATCH_TEST_SIGNAL"  # tests: which signal (INT, KILL); INT unless set
+ANNOUNCE_VARIABLE = "ROCMPATCH_TEST_ANNOUNCE"  # tests: say "rocmpatch-test: at NAME" on stderr at each point
 
 
 def open_target(directory: Path) -> git.Repo:
@@ -56,6 +58,9 @@ def require_writable(repo: git.Repo, paths: Iterable[str] = ()) -> None:
 
 def state_dir(repo: git.Repo) -> Path:
     path = gitcmd.git_dir(repo) / "rocmpatch"
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise TargetRefused(f"{path}: is a symlink or not a directory; rocmpatch keeps its state there and writes nothing through it",
+                            hint=f"remove {path} (rocmpatch recreates it)")
     path.mkdir(exist_ok=True)
     return path
 
@@ -87,9 +92,12 @@ def lock_wait() -> float:
 
 
 def interruption_point(name: str) -> None:
-    """A no-op unless a test asked to be interrupted here (a real SIGINT, as from Ctrl-C)."""
+    """A no-op unless a test asked to be interrupted here (a real SIGINT, as from Ctrl-C, or the
+    signal ROCMPATCH_TEST_SIGNAL names), or to be told when we get here (to kill us a moment later)."""
+    if os.environ.get(ANNOUNCE_VARIABLE):
+        os.write(2, f"rocmpatch-test: at {name}\n".encode())
     if os.environ.get(INTERRUPT_VARIABLE) == name:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(SIGNAL_VARIABLE, "INT")))
 
 
 def refuse_user_edits(repo: git.Repo, *, hint: str) -> None:
@@ -111,13 +119,40 @@ def _some(paths: list[str]) -> str:
 
 def move(repo: git.Repo, old_commit: str, new_commit: str, operation: str) -> None:
     """Move HEAD, index and working tree from old_commit to new_commit, journaled."""
-    journal = journal_path(repo)
-    replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
-    interruption_point("journal-written")
-    gitcmd.move_tree(repo, gitcmd.tree_of(repo, old_commit), gitcmd.tree_of(repo, new_commit))
+    old_tree, new_tree = gitcmd.tree_of(repo, old_commit), gitcmd.tree_of(repo, new_commit)
+    refuse_untracked_obstacles(repo, old_tree, new_tree)
+    journal = write_journal(repo, operation, old_commit, new_commit)
+    gitcmd.move_tree(repo, old_tree, new_tree)
     interruption_point("worktree-updated")
     gitcmd.update_ref(repo, "HEAD", new_commit, old_commit, message=f"rocmpatch {operation}")
     journal.unlink()
+
+
+def write_journal(repo: git.Repo, operation: str, old_commit: str, new_commit: str) -> Path:
+    """Record, durably, that the target is moving from old_commit to new_commit."""
+    journal = journal_path(repo)
+    replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
+    interruption_point("journal-written")
+    return journal
+
+
+def refuse_untracked_obstacles(repo: git.Repo, old_tree: str, new_tree: str) -> None:
+    """A path the move creates must not exist yet: git would silently overwrite an ignored file
+    there (untracked ones that are not ignored are caught earlier as uncommitted changes)."""
+    old_entries, new_entries = gitcmd.list_tree(repo, old_tree), gitcmd.list_tree(repo, new_tree)
+    root = Path(repo.working_tree_dir)
+    for path in sorted(new_entries.keys() - old_entries.keys()):
+        parts = path.split("/")
+        for end in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:end])
+            full = root / prefix
+            if prefix in old_entries or not os.path.lexists(full):
+                continue
+            if end == len(parts) or full.is_symlink() or not full.is_dir():
+                raise TargetRefused(
+                    f"{repo.working_tree_dir}: {prefix} is not tracked by git (ignored?), and the series creates {path}; nothing was changed",
+                    hint=f"move {prefix} out of the way (it would be overwritten), then rerun",
+                )
 
 
 def pending(repo: git.Repo) -> dict | None:
@@ -125,42 +160,87 @@ def pending(repo: git.Repo) -> dict | None:
     path = gitcmd.git_dir(repo) / "rocmpatch" / "journal.json"
     if not path.exists():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        journal = json.loads(path.read_text(encoding="utf-8"))
+        if not all(isinstance(journal.get(key), str) for key in ("operation", "old", "new")):
+            raise ValueError("missing keys")
+    except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+        raise TargetRefused(f"{path}: not a journal rocmpatch wrote ({exc})", hint=f"delete {path}, then check the target with 'git status'") from None
+    return journal
+
+
+def drop_journal(repo: git.Repo) -> None:
+    journal_path(repo).unlink(missing_ok=True)
+
+
+def clear_stale_git_locks(repo: git.Repo) -> list[str]:
+    """Lock files a git process killed mid-move left (index.lock, HEAD.lock, the branch's lock).
+
+    Called only with the target's rocmpatch lock held and a journal present: the git that made
+    them was ours and is gone. Also our own half-written journal temporaries."""
+    directory = gitcmd.git_dir(repo)
+    candidates = [directory / "index.lock", directory / "HEAD.lock"]
+    head = directory / "HEAD"
+    try:
+        text = head.read_text(encoding="utf-8").strip()
+        if text.startswith("ref: refs/"):
+            candidates.append(directory / (text[len("ref: "):] + ".lock"))
+    except OSError:
+        pass
+    removed = []
+    for path in candidates:
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+            removed.append(path.name)
+    for path in state_dir(repo).glob(".journal.json.*.rocmpatch-tmp"):
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def recover(repo: git.Repo) -> str | None:
-    """Finish an interrupted move; return its operation name, or None when there was none."""
+    """Finish an interrupted move; return its operation name, or None when there was none.
+
+    A killed `git read-tree -u` leaves each file it had to change old, new, missing, or new but
+    cut short (git removes a file, then writes the new one from the start). All of those are
+    the move's own doing and are finished; any other content is a user's edit, and is refused."""
     journal = pending(repo)
     if journal is None:
         return None
+    clear_stale_git_locks(repo)
     old, new = journal["old"], journal["new"]
     old_tree, new_tree = gitcmd.tree_of(repo, old), gitcmd.tree_of(repo, new)
     moving = set(gitcmd.changed_paths(repo, old_tree, new_tree))
     old_entries, new_entries = gitcmd.list_tree(repo, old_tree), gitcmd.list_tree(repo, new_tree)
     dirty = [path for _, path in gitcmd.dirty_paths(repo)]
-    if dirty:
-        actual = gitcmd.hash_files(repo, dirty)
-        for path in dirty:
-            known = {_sha(old_entries, path), _sha(new_entries, path)}
-            if path not in moving or actual[path] not in known:
-                raise TargetRefused(
-                    f"{repo.working_tree_dir}: an interrupted 'rocmpatch {journal['operation']}' left changes, and {path} holds edits made since",
-                    hint=f"save or undo your edit of {path}, then rerun",
-                )
+    actual = gitcmd.worktree_entries(repo, dirty)
+    for path in dirty:
+        if path not in moving or not _left_by_move(repo, path, actual[path], old_entries.get(path), new_entries.get(path)):
+            raise TargetRefused(
+                f"{repo.working_tree_dir}: an interrupted 'rocmpatch {journal['operation']}' left changes, and {path} holds edits made since",
+                hint=f"save or undo your edit of {path}, then rerun (or 'rocmpatch unapply --force' to save all edits as a patch)",
+            )
     gitcmd.force_tree(repo, new_tree)
     gitcmd.update_ref(repo, "HEAD", new, message=f"rocmpatch {journal['operation']} (recovered)")
-    journal_path(repo).unlink()
+    drop_journal(repo)
     return journal["operation"]
 
 
-def _sha(entries: dict[str, gitcmd.Entry], path: str) -> str | None:
-    entry = entries.get(path)
-    return entry.sha if entry else None
+def _left_by_move(repo: git.Repo, path: str, now: gitcmd.Entry | None, old: gitcmd.Entry | None, new: gitcmd.Entry | None) -> bool:
+    if now is None:
+        return True  # removed, not yet rewritten
+    if any(e is not None and (e.mode, e.sha) == (now.mode, now.sha) for e in (old, new)):
+        return True
+    if new is None or now.mode not in (0o100644, 0o100755) or new.mode not in (0o100644, 0o100755):
+        return False
+    written = (Path(repo.working_tree_dir) / path).read_bytes()
+    return gitcmd.read_blob(repo, new.sha).startswith(written)  # cut short while being written
 
 
 def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str) -> git.Repo:
     """A fresh checkout of `commit` in directory, fetched shallowly from the local cache."""
-    gitcmd.check_url(upstream_url, source="upstream.lock url")  # it becomes the checkout's remote
+    # The lock's url becomes remote.upstream.url: as strict as --upstream-url, even when a warm
+    # cache means it is never fetched from.
+    gitcmd.check_url(upstream_url, source="upstream.lock url")
     repo = gitcmd.init_repo(directory)
     gitcmd.fetch_commit(repo, str(gitcmd.git_dir(cache)), commit, depth=1)
     gitcmd.update_ref(repo, "HEAD", commit, message="rocmpatch: the pinned upstream commit")

@@ -39,12 +39,22 @@ class SeriesApplier:
     def apply(self, loaded: LoadedPatch) -> None:
         """Apply one more patch; on PatchConflict / InvalidInput nothing of it is kept."""
         refuse_symlinks(self.reader, loaded)
+        self._refuse_new_symlinks(loaded)
         changes = apply_patch(loaded.patch, self.read)
         self.changes.update(changes)
         self._unwritten.update(changes)
         for file_patch in loaded.patch.files:
             if file_patch.old_path is None and file_patch.new_path:
                 self.modes[file_patch.new_path] = int(file_patch.new_mode, 8)
+
+    def _refuse_new_symlinks(self, loaded: LoadedPatch) -> None:
+        """Nor through a symlink an earlier patch of the series added."""
+        for path in loaded.patch.paths:
+            parts = path.split("/")
+            for end in range(1, len(parts) + 1):
+                prefix = "/".join(parts[:end])
+                if self.modes.get(prefix) == gitcmd.SYMLINK_MODE and self.changes.get(prefix) is not None:
+                    raise InvalidInput(loaded.path, f"touches {path!r} through the symlink {prefix!r} an earlier patch added", hint="a patch may only change regular files; patch the link's target instead")
 
     def tree(self) -> str:
         """The tree id of the current state (written to the repository's object store)."""

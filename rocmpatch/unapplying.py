@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmpatch import gitcmd, history, target
+from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
 from rocmpatch.errors import TargetRefused
+from rocmpatch.files import create_new_file
 from rocmpatch.series import LoadedSeries
 
 
@@ -19,6 +22,8 @@ class UnapplyResult:
     removed: list[str] = field(default_factory=list)  # patch names taken off
     saved_edits: Path | None = None
     recovered: str | None = None
+    kept: list[str] = field(default_factory=list)  # nested git repositories left in place
+    abandoned: str | None = None  # an interrupted operation --force rolled back (its journal removed)
 
 
 def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> UnapplyResult:
@@ -28,8 +33,15 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
     result = UnapplyResult(directory)
     target.require_writable(repo)
     with target.locked(repo):
-        if not force:
+        try:
             result.recovered = target.recover(repo)
+        except TargetRefused:
+            journal = target.pending(repo)
+            if not force or journal is None:
+                raise
+            # Edits on top of an interrupted move: saved below with the rest, then discarded,
+            # which rolls the move back to HEAD; the journal goes with it.
+            result.abandoned = journal["operation"]
         pin = lock.upstream.commit
         state = history.read(repo, pin)
         history.refuse_user_commits(repo, state)
@@ -37,37 +49,54 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
             raise TargetRefused(f"{directory}: is at {state.base or 'no commit'}, not the pinned {lock.upstream.ref} ({pin}) plus patches; nothing was changed",
                                 hint="unapply only undoes what 'rocmpatch apply' did")
         result.removed = [a.name for a in reversed(state.applied)]
-        if state.head != pin:
+        if state.head != pin:  # before anything is discarded
             target.require_writable(repo, gitcmd.changed_paths(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin)))
+            target.refuse_untracked_obstacles(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin))
         dirty = gitcmd.dirty_paths(repo)
         if dirty and not force:
             target.refuse_user_edits(repo, hint="run 'rocmpatch unapply --force' to save them as a patch file first")
         if dirty:
-            result.saved_edits = _save_edits(repo, state.head)
-            _discard_edits(repo, state.head, dirty)
+            result.kept = [path.rstrip("/") for code, path in dirty if code == "??" and _is_nested_repo(repo, path)]
+            result.saved_edits = _save_edits(repo, state.head, result.kept)
+            note(f"saved your uncommitted edits to {result.saved_edits}")
+            # Journaled: a kill while discarding leaves a journal (and maybe git's index.lock)
+            # that the next unapply clears, instead of a target git refuses to touch.
+            target.write_journal(repo, "unapply", state.head, pin)
+            _discard_edits(repo, state.head, dirty, result.kept)
         if state.head != pin:
             target.move(repo, state.head, pin, "unapply")
+        target.drop_journal(repo)
         mark_done(f"{directory} is at the pristine pinned commit")
     return result
 
 
-def _save_edits(repo, head: str) -> Path:
-    """The user's uncommitted changes (untracked files too) as a patch `git apply` takes back."""
-    snapshot = gitcmd.worktree_tree(repo)
+def _is_nested_repo(repo, path: str) -> bool:
+    full = Path(repo.working_tree_dir) / path
+    return full.is_dir() and not full.is_symlink() and os.path.lexists(full / ".git")
+
+
+def _save_edits(repo, head: str, nested: list[str]) -> Path:
+    """The user's uncommitted changes (untracked files too) as a patch `git apply` takes back.
+
+    Nested git repositories are left out (a patch can only hold a gitlink for them); they stay."""
+    snapshot = gitcmd.worktree_tree(repo, leave_out=nested)
     text = gitcmd.diff_trees(repo, gitcmd.tree_of(repo, head), snapshot)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     path = target.state_dir(repo) / f"saved-edits-{stamp}.patch"
-    with open(path, "wb") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    create_new_file(path, text)
     return path
 
 
-def _discard_edits(repo, head: str, dirty: list[tuple[str, str]]) -> None:
-    """Only after _save_edits: reset to HEAD, and remove the files git does not track."""
+def _discard_edits(repo, head: str, dirty: list[tuple[str, str]], nested: list[str]) -> None:
+    """Only after _save_edits: reset to HEAD, and remove the files git does not track (never a
+    nested repository, nor anything through a symlink)."""
     gitcmd.force_tree(repo, gitcmd.tree_of(repo, head))
     root = Path(repo.working_tree_dir)
     for code, path in dirty:
-        if code == "??":
-            (root / path).unlink(missing_ok=True)
+        full = root / path
+        if code != "??" or path.rstrip("/") in nested:
+            continue
+        if full.is_dir() and not full.is_symlink():
+            shutil.rmtree(full)
+        else:
+            full.unlink(missing_ok=True)

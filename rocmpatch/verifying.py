@@ -1,8 +1,12 @@
 """`rocmpatch verify`: is the target byte for byte pin + series?
 
-Fast path: HEAD's tree id equals the lock's patched_tree and `git status` is clean, which is two
-git calls however large the tree. Only when that fails are paths compared, and only the paths
-that differ are read, to say for each what happened to it.
+Compared is what git compares: content, mode (executable or not) and type (file, symlink,
+nested repository) of every path. The working tree is hashed whole into a temporary index and
+object directory (`git add -A`; the target is not written), so neither the target's index nor its
+flags (assume-unchanged, skip-worktree) nor its configuration (core.fileMode=false, an fsmonitor)
+can hide a change: HEAD's tree equal to the lock's patched_tree, and the working tree to HEAD's,
+is the answer yes. Otherwise paths are compared
+entry by entry, to say for each what happened to it.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from rocmpatch.series import LoadedSeries
 from rocmpatch.trees import patch_trees, touched_by
 
 EDITED, DELETED, ADDED, PATCH_MISSING = "edited", "deleted", "added", "patch-missing"
+MODE_CHANGED, TYPE_CHANGED = "mode-changed", "type-changed"
+_FILE_MODES = (0o100644, 0o100755)
 
 
 @dataclass
 class Difference:
     path: str
-    kind: str  # edited | deleted | added | patch-missing
+    kind: str  # edited | deleted | added | patch-missing | mode-changed | type-changed
     patches: list[str] = field(default_factory=list)  # the series' patches touching this path
 
 
@@ -68,8 +74,11 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
         pin_tree = gitcmd.tree_of(repo, pin)
         if pin_tree != lock.upstream.tree:
             report.lock_problems.append(f"{loaded.location.lock_path}: upstream.tree is {lock.upstream.tree}, but commit {pin} has tree {pin_tree}")
-    dirty = [path for _, path in gitcmd.dirty_paths(repo)]
-    if head_tree == lock.patched_tree and not dirty and report.ok:
+    # Untracked nested repositories ("?? dir/") cannot be hashed into a tree: reported as added.
+    nested = [path for code, path in gitcmd.dirty_paths(repo) if code == "??" and path.endswith("/")]
+    now_entries = gitcmd.snapshot_entries(repo, leave_out=nested)
+    actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
+    if head_tree == lock.patched_tree and now_entries == actual and not nested and report.ok:
         return report
     # Trees computed here go to a scratch repository: neither the target nor the cache is written.
     source = repo if gitcmd.has_object(repo, pin_tree) else store.cached_repo(lock.upstream, url_override)
@@ -80,27 +89,27 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
             report.lock_problems.append(f"{loaded.location.lock_path}: patched_tree is {lock.patched_tree}, but the series on the pin gives {patched}")
             report.expected_tree = patched
         expected = gitcmd.list_tree(scratch, patched)
-    actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
-    candidates = {p for p in expected.keys() | actual.keys() if expected.get(p) != actual.get(p)} | set(dirty)
-    hashed = gitcmd.hash_files(repo, sorted(set(dirty)))
     touched = touched_by(loaded.patches)
-    for path in sorted(candidates):
-        now = hashed[path] if path in hashed else (actual[path].sha if path in actual else None)
-        want = expected[path].sha if path in expected else None
-        if now == want and (path in hashed or expected.get(path) == actual.get(path)):
+    for path in sorted(expected.keys() | now_entries.keys()):
+        now, want = now_entries.get(path), expected.get(path)
+        if now == want:
             continue
-        kind = _kind(path, now, want, pin_entries, touched, edited_here=path in hashed)
+        kind = _kind(path, now, want, pin_entries, touched, edited_here=now != actual.get(path))
         report.differences.append(Difference(path, kind, touched.get(path, [])))
+    report.differences += [Difference(path.rstrip("/"), ADDED) for path in nested]
     return report
 
 
-def _kind(path: str, now: str | None, want: str | None, pin: dict[str, gitcmd.Entry], touched: dict[str, list[str]], *, edited_here: bool) -> str:
+def _kind(path: str, now: gitcmd.Entry | None, want: gitcmd.Entry | None, pin: dict[str, gitcmd.Entry], touched: dict[str, list[str]], *, edited_here: bool) -> str:
     """A change in the working tree is the user's; a committed file still at the pin lacks its patch."""
-    at_pin = pin[path].sha if path in pin else None
-    if not edited_here and path in touched and now == at_pin:
+    if not edited_here and path in touched and now == pin.get(path):
         return PATCH_MISSING
     if want is None:
         return ADDED
     if now is None:
         return DELETED
+    if now.mode != want.mode and not (now.mode in _FILE_MODES and want.mode in _FILE_MODES):
+        return TYPE_CHANGED
+    if now.sha == want.sha:
+        return MODE_CHANGED
     return EDITED

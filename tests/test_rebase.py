@@ -104,7 +104,7 @@ def test_a_second_rebase_waits_for_the_first(history, project):
 def test_continue_refuses_a_series_edited_meanwhile(history, project):
     start(history, project)
     edited = series(history)
-    edited[1] = loaded(edited[1].name, edited[1].entry.file, edited[1].text + " \n")
+    edited[1] = loaded(edited[1].name, edited[1].entry.file, edited[1].text.replace("\n---\n", "\nedited meanwhile\n---\n", 1))
     with pytest.raises(TargetRefused, match="series changed"):
         rebase.resume(project, RELEASE, edited)
 

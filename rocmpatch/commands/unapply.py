@@ -13,8 +13,12 @@ def run(*, target: Path, series_dir: Path | None, force: bool, release: str | No
     result = unapplying.unapply(loaded, target, force=force)
     if result.recovered:
         out.print(f"finished the interrupted '{result.recovered}' first", markup=False)
+    if result.abandoned:
+        out.print(f"rolled back the interrupted '{result.abandoned}' (its changes and your edits are in the saved patch)", markup=False)
     if result.saved_edits:
         out.print(f"saved your uncommitted edits to {result.saved_edits}\n  (they are relative to the patched tree: rocmpatch apply --target {target} && git -C {target} apply {result.saved_edits})", markup=False)
+    for path in result.kept:
+        out.print(f"kept the nested git repository {path} (not in the saved patch; it is still untracked here)", markup=False)
     for name in result.removed:
         out.print(f"  removed  {name}", markup=False)
     out.print(f"{target}: at the pristine pinned commit" + ("" if result.removed else " (nothing was applied)"), markup=False)

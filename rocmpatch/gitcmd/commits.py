@@ -71,5 +71,5 @@ def mail_info(repo: git.Repo, patch_text: str) -> MailInfo:
 
 def format_patch(repo: git.Repo | Path, commit: str) -> str:
     """The commit as a patch file, in the series' format."""
-    out = run_bytes(repo, "format-patch", "-1", "--zero-commit", "--no-signature", "--full-index", "--stdout", commit)
+    out = run_bytes(repo, "format-patch", "--no-ext-diff", "--no-textconv", "-1", "--zero-commit", "--no-signature", "--full-index", "--stdout", commit)
     return out.decode("utf-8", "surrogateescape")

@@ -4,6 +4,7 @@ looking up commits, and turning git's failures into RocmpatchError subclasses wi
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -35,6 +36,70 @@ def scrub_git_environment(environ: dict[str, str] | os._Environ = os.environ) ->
 
 scrub_git_environment()
 
+# A target may be an untrusted checkout (verify is what a CI runs on one): no git call of ours
+# may run a program its configuration or attributes name. These settings go to every git
+# process (GitPython's too) through the environment; programs named in a repository's config
+# (filter/diff/merge drivers, ssh and credential helpers, ...) are emptied per call, see
+# _repo_overrides. Fetches (transport.py) keep the user's own ssh and credential settings.
+SAFE_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.fileMode", "true"),  # compare what git compares: content, mode and type
+    ("core.symlinks", "true"),
+    ("core.alternateRefsCommand", ""),
+    ("core.editor", "true"),
+    ("core.pager", "cat"),
+    ("sequence.editor", "true"),
+    ("commit.gpgSign", "false"),
+    ("gc.auto", "0"),
+    ("protocol.ext.allow", "never"),
+)
+# Keys of a repository's own config that name programs, emptied per call.
+_PROGRAM_KEY = re.compile(
+    r"^(filter\..+\.(clean|smudge|process)|diff\..+\.(command|textconv)|merge\..+\.driver"
+    r"|credential\.(.+\.)?helper|gpg\.(.+\.)?program|remote\..+\.(uploadpack|receivepack|vcs)|core\.(fsmonitor|sshcommand|gitproxy|askpass|editor|pager|hookspath|alternaterefscommand))$",
+    re.IGNORECASE,
+)
+
+
+def _config_environment(extra: list[tuple[str, str]] = ()) -> dict[str, str]:
+    pairs = [*SAFE_CONFIG, *extra]
+    env = {"GIT_CONFIG_COUNT": str(len(pairs)), "GIT_ATTR_NOSYSTEM": "1"}
+    for index, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
+    return env
+
+
+os.environ.update(_config_environment())
+_REPO_OVERRIDES: dict[str, list[tuple[str, str]]] = {}
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _repo_overrides(runner: git.Git) -> dict[str, str] | None:
+    """Environment emptying every program-naming key the repository's config sets (a filter's
+    smudge, a diff driver's textconv, ...), or None when it sets none. Reading config runs nothing."""
+    where = str(runner.working_dir or "")
+    stamp = where + "".join(f":{_mtime(Path(where, name))}" for name in (".git/config", "config"))
+    if stamp not in _REPO_OVERRIDES:
+        try:
+            listed = runner.execute(["git", "config", "-z", "--list"], stdout_as_string=False, strip_newline_in_stdout=False)
+        except (GitCommandError, GitCommandNotFound):
+            listed = b""
+        keys = []
+        for record in listed.split(b"\0"):
+            key = record.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
+            if key and _PROGRAM_KEY.match(key) and not any(key.lower() == k.lower() for k, _ in SAFE_CONFIG):
+                keys.append(key)
+        _REPO_OVERRIDES[stamp] = [(key, "") for key in dict.fromkeys(keys)]
+    extra = _REPO_OVERRIDES[stamp]
+    return _config_environment(extra) if extra else None
+
 
 def open_repo(path: Path) -> git.Repo:
     try:
@@ -61,6 +126,9 @@ def run(repo: git.Repo | Path, *args: str, stdin: bytes | None = None) -> str:
 
 def run_bytes(repo: git.Repo | Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
     runner = repo.git if isinstance(repo, git.Repo) else git.Git(str(repo))
+    overrides = _repo_overrides(runner)
+    if overrides:
+        env = {**overrides, **(env or {})}
     kwargs = {"stdout_as_string": False, "strip_newline_in_stdout": False, "env": env}
     if stdin is not None:
         return _guard(lambda: _run_with_input(runner, args, stdin, kwargs))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 import tempfile
 from pathlib import Path
 
 import git
 
 from rocmpatch.gitcmd.core import resolve_commit, run, run_bytes
+from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry
 
 
 def head_commit(repo: git.Repo) -> str | None:
@@ -66,21 +70,86 @@ def hash_files(repo: git.Repo, paths: list[str]) -> dict[str, str | None]:
     return result
 
 
+def worktree_entries(repo: git.Repo, paths: list[str]) -> dict[str, Entry | None]:
+    """What git would record for each working-tree path: mode (regular, executable, symlink;
+    a directory is a gitlink with no id) and blob id of the raw bytes, read without git (no
+    filter runs, no symlink is followed); None for a missing path."""
+    root = Path(repo.working_tree_dir)
+    found: dict[str, Entry | None] = {}
+    for path in paths:
+        full = root / path
+        try:
+            info = os.lstat(full)
+        except OSError:
+            found[path] = None
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            found[path] = Entry(SYMLINK_MODE, _blob_id(os.fsencode(os.readlink(full))))
+        elif stat.S_ISREG(info.st_mode):
+            found[path] = Entry(0o100755 if info.st_mode & 0o100 else 0o100644, _file_blob_id(full, info.st_size))
+        elif stat.S_ISDIR(info.st_mode):
+            found[path] = Entry(GITLINK_MODE, "")
+        else:
+            found[path] = None
+    return found
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _file_blob_id(path: Path, size: int) -> str:
+    digest = hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb", buffering=0) as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def changed_paths(repo: git.Repo, old_tree: str, new_tree: str) -> list[str]:
     out = run_bytes(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", old_tree, new_tree)
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
 
 
-def worktree_tree(repo: git.Repo) -> str:
+def worktree_tree(repo: git.Repo, *, leave_out: list[str] = ()) -> str:
     """A tree id of the working tree as it is (untracked files included, ignored ones not),
-    built in a temporary index so the repository's own index is left alone."""
+    built in a temporary index so the repository's own index is left alone (nor its flags:
+    assume-unchanged, skip-worktree): every file is hashed, with its mode and type.
+    `leave_out` names paths (nested repositories) not to record."""
     with tempfile.TemporaryDirectory() as scratch:
         env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        run_bytes(repo, "read-tree", "HEAD", env=env)
-        run_bytes(repo, "add", "-A", "--", ".", env=env)
+        if resolve_commit(repo, "HEAD"):
+            run_bytes(repo, "read-tree", "HEAD", env=env)
+        excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
+        run_bytes(repo, "add", "-A", "--", ".", *excluded, env=env)
         return run_bytes(repo, "write-tree", env=env).decode().strip()
+
+
+def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, Entry]:
+    """What the working tree holds, path by path, as git would record it (mode, type, blob id;
+    untracked files included, ignored ones not), without writing anything to the repository:
+    a temporary index, and the blobs hashed into a temporary object directory that borrows the
+    repository's objects. Every file is hashed, so the index's stat data and flags
+    (assume-unchanged, skip-worktree) cannot hide a change."""
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-snapshot-") as scratch:
+        objects = Path(scratch) / "objects"
+        objects.mkdir()
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), "GIT_OBJECT_DIRECTORY": str(objects),
+               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(repo.git_dir) / "objects")}
+        if resolve_commit(repo, "HEAD"):
+            run_bytes(repo, "read-tree", "HEAD", env=env)
+        excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
+        run_bytes(repo, "add", "-A", "--", ".", *excluded, env=env)
+        out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
+    entries: dict[str, Entry] = {}
+    for record in out.split(b"\0"):
+        if record:
+            meta, path = record.split(b"\t", 1)
+            mode, sha, _stage = meta.split(b" ")
+            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
+    return entries
 
 
 def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
     """A patch from old_tree to new_tree that `git apply` takes back (binary-safe, full ids)."""
-    return run_bytes(repo, "diff", "--binary", "--full-index", "--no-renames", old_tree, new_tree)
+    return run_bytes(repo, "diff", "--no-ext-diff", "--no-textconv", "--binary", "--full-index", "--no-renames", old_tree, new_tree)
