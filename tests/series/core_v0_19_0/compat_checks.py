@@ -8,7 +8,7 @@ returns plain values; the assertions live in test_compat.py. Groups (comma-separ
 - args: parse_args + validate_args + core_transformer_config_from_args for several command lines,
   with the WARNING lines validate_args printed;
 - norm: WrappedTorchNorm's parameters under sequence parallelism, and its refusals;
-- config: moe_paged_stash without triton;
+- config: moe_paged_stash without triton; the GPT TE spec without TE;
 - distopt: DistributedOptimizer's torch-Adam step handling (state_dict, load_state_dict,
   _set_main_param_and_optimizer_states) on a stand-in `self`, against a straight run.
 """
@@ -123,13 +123,22 @@ def check_norm() -> dict:
 
 
 def check_config() -> dict:
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec
     from megatron.core.transformer import TransformerConfig
 
+    result = {}
     try:
         TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, num_moe_experts=2, moe_paged_stash=True)
-        return {"paged_stash": None}
+        result["paged_stash"] = None
     except Exception as exc:  # noqa: BLE001
-        return {"paged_stash": error_text(exc)}
+        result["paged_stash"] = error_text(exc)
+    result["local_spec"] = type(get_gpt_layer_local_spec()).__name__
+    try:
+        get_gpt_layer_with_transformer_engine_spec()
+        result["te_spec"] = None
+    except Exception as exc:  # noqa: BLE001
+        result["te_spec"] = error_text(exc)
+    return result
 
 
 def check_distopt() -> dict:

@@ -57,6 +57,12 @@ def test_paged_stash_without_triton_is_refused_naming_the_flag(patched):
     assert "--moe-paged-stash" in patched["config"]["paged_stash"]
 
 
+def test_te_spec_without_te_says_what_to_use(patched):
+    assert patched["config"]["local_spec"] == "ModuleSpec"
+    assert patched["config"]["te_spec"].startswith("ImportError: The Transformer Engine spec needs Transformer Engine")
+    assert "--transformer-impl local" in patched["config"]["te_spec"]
+
+
 def test_default_flags_fall_back_to_local_in_one_line_each(patched):
     case = patched["args"]["default"]
     assert case["error"] is None and case["config_error"] is None, case
