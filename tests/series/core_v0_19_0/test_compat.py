@@ -158,8 +158,9 @@ def test_upstream_pretrain_gpt_with_default_flags(full019, child_dir):
         assert sum(f"(pass {flag} to silence this)." in line for line in default["warnings"]) == 1
 
 
-def test_requirements_declare_psutil_and_python_3_10(full019):
+def test_requirements_declare_psutil_pybind11_and_python_3_10(full019):
     pyproject = (full019 / "pyproject.toml").read_text()
     assert 'requires-python = ">=3.10"' in pyproject
-    assert '"psutil"' in pyproject
-    assert "psutil" in (full019 / "megatron/core/requirements.txt").read_text().split()
+    requirements = (full019 / "megatron/core/requirements.txt").read_text().split()
+    for name in ("psutil", "pybind11"):
+        assert f'"{name}"' in pyproject and name in requirements
