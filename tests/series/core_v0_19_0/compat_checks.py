@@ -9,6 +9,8 @@ returns plain values; the assertions live in test_compat.py. Groups (comma-separ
   with the WARNING lines validate_args printed;
 - norm: WrappedTorchNorm's parameters under sequence parallelism, and its refusals;
 - config: moe_paged_stash without triton; the GPT TE spec without TE;
+- sp_grads: one of two gloo ranks, a torch norm's gradients after the TP reduction of
+  finalize_model_grads (TP=2 + sequence parallelism);
 - distopt: DistributedOptimizer's torch-Adam step handling (state_dict, load_state_dict,
   _set_main_param_and_optimizer_states) on a stand-in `self`, against a straight run.
 """
@@ -229,7 +231,33 @@ def check_pretrain() -> dict:
     return results
 
 
-CHECKS = {"imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt}
+def check_sp_grads() -> dict:
+    """One of two ranks (RANK, WORLD_SIZE=2, MASTER_ADDR/PORT from the test), gloo, TP=2 + SP: the
+    gradients of a torch norm after finalize_model_grads' tensor-parallel reduction."""
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.distributed.finalize_model_grads import _allreduce_non_tensor_model_parallel_grads
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    rank = int(os.environ["RANK"])
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+        config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, normalization="LayerNorm",
+                                   tensor_model_parallel_size=2, sequence_parallel=True)
+        model = torch.nn.Module()
+        model.norm = WrappedTorchNorm(config=config, hidden_size=8)
+        model.ddp_config = types.SimpleNamespace(use_megatron_fsdp=False)
+        for param in model.parameters():
+            param.main_grad = torch.full_like(param, float(rank + 1))  # each rank its own part's gradient
+        _allreduce_non_tensor_model_parallel_grads([model], config)
+        return {"rank": rank, "grads": sorted({v for p in model.parameters() for v in p.main_grad.tolist()})}
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+CHECKS = {"sp_grads": check_sp_grads, "imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt}
 
 
 def run(groups: str) -> dict:

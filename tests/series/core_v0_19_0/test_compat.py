@@ -9,6 +9,9 @@ triton included, refused as absent; the patched tree's checks share one child.
 
 from __future__ import annotations
 
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.series.core_v0_19_0 import harness
@@ -116,6 +119,21 @@ def test_torch_norm_parameters_carry_sequence_parallel(patched):
     attributes = patched["norm"]["attributes"]
     assert attributes == {"LayerNorm-sp1": [True, True], "LayerNorm-sp0": [False, False],
                           "RMSNorm-sp1": [True], "RMSNorm-sp0": [False]}
+
+
+def test_torch_norm_gradients_are_reduced_across_tp_under_sp(tree019, tmp_path_factory):
+    """Two gloo ranks, TP=2 + SP: finalize_model_grads sums the norm's gradients over the TP group
+    (rank gradients 1 and 2 -> 3 on both); without the attribute each rank kept its own."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    workdirs = [tmp_path_factory.mktemp(f"sp-rank{rank}") for rank in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(harness.run_child, "compat_checks", "sp_grads", tree019, workdirs[rank], timeout=300,
+                            env={"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+                for rank in range(2)]
+        results = [run.result()["sp_grads"] for run in runs]
+    assert [r["grads"] for r in results] == [[3.0], [3.0]], results
 
 
 def test_torch_norm_refusals_say_what_to_drop(patched):
