@@ -1,0 +1,267 @@
+"""Child side of test_compat.py: the COMPAT patches of core_v0.19.0, checked in one process.
+
+Runs under harness.main (NVIDIA-only modules refused, the tree first on sys.path), CPU only, and
+returns plain values; the assertions live in test_compat.py. Groups (comma-separated, one process):
+- imports: which of megatron.core / megatron.training / ... import, and the error of those that do
+  not; on a tree that still imports triton unguarded, that one kernel module is stubbed afterwards
+  so the next failure (typing.override) shows as well;
+- args: parse_args + validate_args + core_transformer_config_from_args for several command lines,
+  with the WARNING lines validate_args printed;
+- norm: WrappedTorchNorm's parameters under sequence parallelism, and its refusals;
+- config: moe_paged_stash without triton; the GPT TE spec without TE;
+- sp_grads: one of two gloo ranks, a torch norm's gradients after the TP reduction of
+  finalize_model_grads (TP=2 + sequence parallelism);
+- distopt: DistributedOptimizer's torch-Adam step handling (state_dict, load_state_dict,
+  _set_main_param_and_optimizer_states) on a stand-in `self`, against a straight run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import types
+
+BASE_ARGV = [
+    "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+    "--group-query-attention", "--num-query-groups", "2", "--seq-length", "64", "--max-position-embeddings", "64",
+    "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--lr", "1e-3",
+    "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--bf16", "--mock-data",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", "128",
+]
+QUIET = ["--no-rope-fusion", "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm"]
+# name: (world size, extra argv)
+ARG_CASES = {
+    "default": (1, []),
+    "explicit_te": (1, ["--transformer-impl", "transformer_engine"]),
+    "explicit_te_equals": (1, ["--transformer-impl=transformer_engine"]),
+    "explicit_local_quiet": (1, ["--transformer-impl", "local", *QUIET]),
+    "layernorm": (1, ["--normalization", "LayerNorm"]),
+    "moe_grouped_gemm": (1, ["--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm"]),
+    "moe": (1, ["--num-experts", "4", "--moe-router-topk", "2"]),
+    "tp2_sp": (2, ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
+    "pp2_distopt": (2, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ckpt-format", "torch_dist"]),
+}
+ARG_KEYS = ("transformer_impl", "apply_rope_fusion", "gradient_accumulation_fusion", "masked_softmax_fusion",
+            "no_persist_layer_norm", "moe_grouped_gemm", "sequence_parallel")
+PAGED_STASH_OPS = "megatron.core.transformer.moe.ops.paged_stash"
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_imports() -> dict:
+    import importlib
+
+    result = {"python": list(sys.version_info[:2]), "stubbed_paged_stash": False}
+    for name in ("megatron.core", "megatron.training", "megatron.training.models.gpt",
+                 "megatron.training.arguments", "megatron.core.models.gpt.gpt_layer_specs"):
+        try:
+            importlib.import_module(name)
+            result[name] = None
+        except Exception as exc:  # noqa: BLE001 - the error is the result
+            result[name] = error_text(exc)
+            if "triton" in str(exc) and PAGED_STASH_OPS not in sys.modules:
+                stub = types.ModuleType(PAGED_STASH_OPS)
+                stub.GLOBAL_BLOCK_SIZE, stub.paged_stash_copy_kernel, stub.paged_stash_pop_kernel = 1024, None, None
+                sys.modules[PAGED_STASH_OPS] = stub
+                result["stubbed_paged_stash"] = True
+                for loaded in [m for m in sys.modules if m.startswith("megatron")]:
+                    if loaded != PAGED_STASH_OPS:
+                        del sys.modules[loaded]
+    return result
+
+
+def check_args() -> dict:
+    from megatron.training.arguments import core_transformer_config_from_args, parse_args, validate_args
+
+    results = {}
+    for name, (world_size, extra) in ARG_CASES.items():
+        os.environ.update(RANK="0", WORLD_SIZE=str(world_size))
+        sys.argv = BASE_ARGV + extra
+        out, case = io.StringIO(), {"error": None, "config_error": None}
+        with contextlib.redirect_stdout(out):
+            try:
+                args = parse_args()
+                validate_args(args)
+                case.update({key: getattr(args, key) for key in ARG_KEYS})
+                try:
+                    core_transformer_config_from_args(args)
+                except Exception as exc:  # noqa: BLE001
+                    case["config_error"] = error_text(exc)
+            except Exception as exc:  # noqa: BLE001
+                case["error"] = error_text(exc)
+        case["warnings"] = [line for line in out.getvalue().splitlines() if line.startswith("WARNING: ")]
+        results[name] = case
+    return results
+
+
+def check_norm() -> dict:
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    result = {"attributes": {}, "refusals": {}}
+    for normalization in ("LayerNorm", "RMSNorm"):
+        for sp in (True, False):
+            config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, normalization=normalization,
+                                       tensor_model_parallel_size=2, sequence_parallel=sp)
+            try:
+                norm = WrappedTorchNorm(config=config, hidden_size=8, eps=1e-5)
+                result["attributes"][f"{normalization}-sp{int(sp)}"] = [
+                    getattr(p, "sequence_parallel", None) for p in norm.parameters()]
+            except Exception as exc:  # noqa: BLE001
+                result["attributes"][f"{normalization}-sp{int(sp)}"] = error_text(exc)
+    for field in ("layernorm_zero_centered_gamma", "persist_layer_norm", "memory_efficient_layer_norm"):
+        config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, **{field: True})
+        try:
+            WrappedTorchNorm(config=config, hidden_size=8)
+            result["refusals"][field] = None
+        except Exception as exc:  # noqa: BLE001
+            result["refusals"][field] = error_text(exc)
+    return result
+
+
+def check_config() -> dict:
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec
+    from megatron.core.transformer import TransformerConfig
+
+    result = {}
+    try:
+        TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, num_moe_experts=2, moe_paged_stash=True)
+        result["paged_stash"] = None
+    except Exception as exc:  # noqa: BLE001
+        result["paged_stash"] = error_text(exc)
+    result["local_spec"] = type(get_gpt_layer_local_spec()).__name__
+    try:
+        get_gpt_layer_with_transformer_engine_spec()
+        result["te_spec"] = None
+    except Exception as exc:  # noqa: BLE001
+        result["te_spec"] = error_text(exc)
+    return result
+
+
+def check_distopt() -> dict:
+    import torch
+    from megatron.core.optimizer import distrib_optimizer as distopt
+
+    D = distopt.DistributedOptimizer
+    config = types.SimpleNamespace(fp16=False, use_precision_aware_optimizer_no_fp8_or_ds_fp8=False)
+    ddp_config = types.SimpleNamespace(use_megatron_fsdp=False)
+
+    def make():
+        params = [torch.nn.Parameter(torch.linspace(-1, 1, 4)), torch.nn.Parameter(torch.linspace(0, 1, 3))]
+        fake = types.SimpleNamespace(optimizer=torch.optim.Adam(params, lr=0.1), grad_scaler=None, config=config,
+                                     ddp_config=ddp_config, model_param_group_index_map={p: (0, i) for i, p in enumerate(params)})
+        return fake, params
+
+    def step(fake, params, k):
+        for i, p in enumerate(params):
+            p.grad = torch.full_like(p, 0.5 * (i + 1) * (-1) ** k)
+        fake.optimizer.step()
+
+    result = {"have_apex_or_te": distopt.HAVE_APEX_OR_TE}
+    straight, straight_params = make()
+    try:
+        result["step_saved_before_any_step"] = D.state_dict(straight)["optimizer"]["param_groups"][0]["step"]
+    except Exception as exc:  # noqa: BLE001
+        result["step_saved_before_any_step"] = error_text(exc)
+    for k in range(3):
+        step(straight, straight_params, k)
+    saved = D.state_dict(straight)
+    result["step_saved"] = saved["optimizer"]["param_groups"][0]["step"]
+
+    # Resume as torch_dist does: the new optimizer's state was initialised (step 0) when the sharded
+    # state dict was built; load_state_dict, then the parameter state is copied in.
+    resumed, resumed_params = make()
+    for p in resumed_params:
+        resumed.optimizer.state[p].update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+    D.load_state_dict(resumed, {"optimizer": saved["optimizer"]})
+    with torch.no_grad():
+        for p, src in zip(resumed_params, straight_params):
+            state = straight.optimizer.state[src]
+            D._set_main_param_and_optimizer_states(resumed, p, {
+                "param": src.detach().clone(), "exp_avg": state["exp_avg"].clone(),
+                "exp_avg_sq": state["exp_avg_sq"].clone(), "step": torch.tensor(0.0)})
+    steps = [resumed.optimizer.state[p]["step"] for p in resumed_params]
+    result["steps_after_resume"] = [s.item() for s in steps]
+    result["step_tensor_shared"] = steps[0] is steps[1]
+    for k in range(3, 5):
+        step(straight, straight_params, k)
+        step(resumed, resumed_params, k)
+    result["steps_after_two_more"] = [resumed.optimizer.state[p]["step"].item() for p in resumed_params]
+    result["max_param_diff"] = max((a - b).abs().max().item() for a, b in zip(resumed_params, straight_params))
+
+    # A checkpoint saved before any step (step None) loads as step 0.
+    fresh, fresh_params = make()
+    for p in fresh_params:
+        fresh.optimizer.state[p].update(step=torch.tensor(5.0), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+    empty, _ = make()
+    try:
+        D.load_state_dict(fresh, {"optimizer": D.state_dict(empty)["optimizer"]})
+        result["steps_loaded_from_before_any_step"] = [fresh.optimizer.state[p]["step"].item() for p in fresh_params]
+    except Exception as exc:  # noqa: BLE001
+        result["steps_loaded_from_before_any_step"] = error_text(exc)
+    return result
+
+
+def check_pretrain() -> dict:
+    """Upstream's own pretrain_gpt.py as __main__ (full tree only): explicit TE first, since that one
+    stops in validate_args before the global args are set; the default run stops later, wherever
+    this machine stops it (no GPU), after the argument validation this checks."""
+    import runpy
+
+    tree = sys.path[0]  # harness.main put the tree first
+    os.chdir(tree)
+    results = {}
+    for name, extra in (("explicit_te", ["--transformer-impl", "transformer_engine"]), ("default", [])):
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        sys.argv = BASE_ARGV + extra
+        out, case = io.StringIO(), {"error": None}
+        with contextlib.redirect_stdout(out):
+            try:
+                runpy.run_path(os.path.join(tree, "pretrain_gpt.py"), run_name="__main__")
+            except BaseException as exc:  # noqa: BLE001 - SystemExit included
+                case["error"] = error_text(exc)
+        case["warnings"] = [line for line in out.getvalue().splitlines() if line.startswith("WARNING: ")]
+        case["validated"] = "-------------------- end of arguments ---------------------" in out.getvalue()
+        results[name] = case
+    return results
+
+
+def check_sp_grads() -> dict:
+    """One of two ranks (RANK, WORLD_SIZE=2, MASTER_ADDR/PORT from the test), gloo, TP=2 + SP: the
+    gradients of a torch norm after finalize_model_grads' tensor-parallel reduction."""
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.distributed.finalize_model_grads import _allreduce_non_tensor_model_parallel_grads
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    rank = int(os.environ["RANK"])
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=2)
+        config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, normalization="LayerNorm",
+                                   tensor_model_parallel_size=2, sequence_parallel=True)
+        model = torch.nn.Module()
+        model.norm = WrappedTorchNorm(config=config, hidden_size=8)
+        model.ddp_config = types.SimpleNamespace(use_megatron_fsdp=False)
+        for param in model.parameters():
+            param.main_grad = torch.full_like(param, float(rank + 1))  # each rank its own part's gradient
+        _allreduce_non_tensor_model_parallel_grads([model], config)
+        return {"rank": rank, "grads": sorted({v for p in model.parameters() for v in p.main_grad.tolist()})}
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+CHECKS = {"sp_grads": check_sp_grads, "imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt}
+
+
+def run(groups: str) -> dict:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    return {group: CHECKS[group]() for group in groups.split(",")}

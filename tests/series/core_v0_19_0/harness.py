@@ -1,0 +1,136 @@
+"""The shared harness of the core_v0.19.0 series tests, both sides of the child process.
+
+Parent side (pytest; fixtures in conftest.py):
+- series_through(name): the release's patches from patchsets/core_v0.19.0/series.yaml, parsed by
+  rocmpatch's own loader, in series order up to `name` (all of them by default);
+- wheel_tree(dest, patches): megatron/core + megatron/training of the pin, the megatron-core 0.19.1
+  wheel's bytes (tests/megatron_wheel.py), with the patches applied in memory by rocmpatch's
+  patching (only the files the wheel carries), written to dest;
+- full_tree(mirror, dest, patches): the whole pinned tree from a Megatron-LM mirror with the patches
+  applied as `rocmpatch apply` does (trees.SeriesApplier), written to dest;
+- run_child(module, groups, tree, workdir): runs `python -m tests.series.core_v0_19_0.harness` in a
+  fresh process and returns the JSON dict that tests.series.core_v0_19_0.MODULE.run(groups) made.
+Child side (main): NVIDIA-only modules are refused as absent (ModuleNotFoundError, the error an
+absent package gives, which some upstream guards catch narrowly) before anything is imported, even
+where installed, so no result depends on this machine; the tree goes first on sys.path.
+
+Megatron code never runs in the pytest process: a fresh process per run keeps pristine and patched
+trees apart in sys.modules and keeps a hard crash out of pytest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+RELEASE = "core_v0.19.0"
+PIN = "5be9626709af2722333bf54797c954c09edeada3"
+ROOT = Path(__file__).resolve().parents[3]
+SERIES_DIR = ROOT / "patchsets" / RELEASE
+
+# Refused in the child. Not stdlib or torch: only what NVIDIA ships or builds for CUDA.
+NVIDIA_ONLY = (
+    "transformer_engine", "transformer_engine_torch", "transformer_engine_extensions", "apex", "amp_C",
+    "flash_attn", "flash_attn_2_cuda", "flash_attn_3", "flash_attn_interface", "flashattn_hopper",
+    "triton", "grouped_gemm", "fused_weight_gradient_mlp_cuda", "fused_layer_norm_cuda",
+    "scaled_masked_softmax_cuda", "scaled_upper_triang_masked_softmax_cuda", "scaled_softmax_cuda",
+)
+# What a parent torchrun, a CUDA setup or a developer's shell would otherwise pass down.
+INHERITED = ("PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+             "TORCHELASTIC_", "NVTE_")
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def series_through(name: str | None = None) -> list:
+    """The release's rocmpatch Patch objects in series order, up to and including `name`."""
+    from rocmpatch.schema import load_series
+    from rocmpatch.series import loaded_patch
+
+    series = load_series(SERIES_DIR)
+    patches = []
+    for entry in series.entries:
+        path = series.patch_path(entry)
+        patches.append(loaded_patch(entry, path.read_bytes(), path))
+        if entry.name == name:
+            return patches
+    if name is not None:
+        raise AssertionError(f"{SERIES_DIR / 'series.yaml'} lists no patch {name!r}")
+    return patches
+
+
+def _write(dest: Path, files: dict[str, bytes | None]) -> Path:
+    for path, data in files.items():
+        if data is not None:
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    return dest
+
+
+def wheel_tree(dest: Path, loaded: list) -> Path:
+    """The wheel's megatron/ of the pin with `loaded` applied (the parts the wheel's files take)."""
+    from rocmpatch.patching import Patch, apply_series, read_from_mapping
+    from tests.megatron_wheel import megatron_core_files
+
+    files = megatron_core_files(RELEASE)
+    parts = [Patch(p.patch.name, p.patch.source, tuple(f for f in p.patch.files if f.old_path is None or f.old_path in files))
+             for p in loaded]
+    return _write(dest, {**files, **apply_series(parts, read_from_mapping(files))})
+
+
+def full_tree(mirror: Path, dest: Path, loaded: list) -> Path:
+    """The whole pinned tree of a Megatron-LM mirror with `loaded` applied, regular files only."""
+    from rocmpatch import gitcmd
+    from rocmpatch.trees import SeriesApplier
+
+    repo = gitcmd.open_repo(mirror)
+    applier = SeriesApplier(repo, gitcmd.tree_of(repo, PIN))
+    for patch in loaded:
+        applier.apply(patch)
+    paths = {**applier.reader.entries, **applier.changes}
+    return _write(dest, {path: applier.read(path) for path in paths})
+
+
+def run_child(module: str, groups: str, tree: Path, workdir: Path, *, timeout: int = 600, env: dict | None = None) -> dict:
+    """Run tests.series.core_v0_19_0.MODULE.run(groups) against tree in a fresh process."""
+    out = workdir / f"{module}-{groups.replace(',', '+')}.json"
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
+    child_env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", OMP_NUM_THREADS="2",
+                     PYTHONWARNINGS="ignore", PYTHONDONTWRITEBYTECODE="1", **(env or {}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.series.core_v0_19_0.harness", module, groups, str(tree), str(out)],
+        cwd=workdir, env=child_env, capture_output=True, text=True, timeout=timeout, check=False,
+    )
+    if not out.exists():
+        raise AssertionError(f"{module} {groups} crashed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(out.read_text())
+
+
+# ---------------------------------------------------------------- child side
+
+
+class RefuseNvidiaOnly(importlib.abc.MetaPathFinder):
+    """Makes the NVIDIA-only packages look absent, even where installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in NVIDIA_ONLY:
+            raise ModuleNotFoundError(f"No module named {name!r} (refused by the test)", name=name)
+
+
+def main() -> None:
+    module, groups, tree, out = sys.argv[1:5]
+    sys.meta_path.insert(0, RefuseNvidiaOnly())
+    sys.path[:] = [tree] + [p for p in sys.path if p not in ("", ".", tree)]
+    result = importlib.import_module(f"tests.series.core_v0_19_0.{module}").run(groups)
+    Path(out).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
