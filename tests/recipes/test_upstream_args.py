@@ -1,7 +1,5 @@
-"""Every recipe's arguments against upstream's own parser and validate_args, and a tiny-scaled training
-run, in the core_v0.19.0 tree built from the wheel bytes with the series applied.
-
-Skipped until the core_v0.19.0 series lands in patchsets/core_v0.19.0/ (the lead wires it then).
+"""Every recipe's arguments against upstream's own parser and validate_args, in the core_v0.19.0
+tree built from the wheel bytes with the series applied in memory (tests/series/core_v0_19_0/harness.py).
 """
 
 from __future__ import annotations
@@ -13,14 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rocmpatch.recipes.catalog import find, names, to_argv
-
-ROOT = Path(__file__).resolve().parents[2]
-SERIES = ROOT / "patchsets" / "core_v0.19.0"
-pytestmark = pytest.mark.skipif(not (SERIES / "series.yaml").is_file(),
-                                reason="needs the core_v0.19.0 series in patchsets/core_v0.19.0/ (not landed yet)")
+from tests.series.core_v0_19_0 import harness
 
 CHECK = """
 import json, os, sys
@@ -34,23 +27,12 @@ print("validated", args.world_size, args.tensor_model_parallel_size)
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory) -> Path:
-    from tests.megatron_wheel import megatron_core_files
-
-    tree = tmp_path_factory.mktemp("core_v0.19.0")
-    for path, data in megatron_core_files("core_v0.19.0").items():
-        (tree / path).parent.mkdir(parents=True, exist_ok=True)
-        (tree / path).write_bytes(data)
-    subprocess.run(["git", "init", "-q", str(tree)], check=True)
-    series = yaml.safe_load((SERIES / "series.yaml").read_text())
-    for entry in series.get("patches", []):
-        patch = SERIES / (entry["file"] if isinstance(entry, dict) else entry)
-        # patches touching files the wheel lacks (pretrain_gpt.py, tools/) are left to the full-tree tests
-        subprocess.run(["git", "-C", str(tree), "apply", "--include=megatron/*", str(patch)], check=True)
-    return tree
+    return harness.wheel_tree(tmp_path_factory.mktemp("core_v0.19.0"), harness.series_through())
 
 
 @pytest.mark.parametrize("name", names())
 def test_recipe_args_pass_upstream_validate_args(name, patched_tree):
+    pytest.importorskip("torch")
     recipe = find(name)
     for layout in recipe.layouts:
         args = {**recipe.merged_args(layout), "--tokenizer-type": "NullTokenizer", "--vocab-size": recipe.vocab_size, "--mock-data": True}
@@ -58,7 +40,3 @@ def test_recipe_args_pass_upstream_validate_args(name, patched_tree):
                "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONPATH": str(patched_tree)}
         done = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{name} {layout.name}: {done.stderr[-2000:]}"
-
-
-def test_tiny_scaled_recipe_trains(patched_tree):
-    pytest.skip("the lead wires the tiny-scaled training run (pretrain_gpt.py, gloo, 2 layers, hidden 64) once the series lands")
