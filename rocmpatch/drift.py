@@ -31,7 +31,7 @@ import git
 from rocmpatch import gitcmd
 from rocmpatch.errors import PatchConflict, UpstreamError
 from rocmpatch.gitcmd import CommitInfo
-from rocmpatch.patching import Patch, _split_lines, apply_patch
+from rocmpatch.patching import Overlay, Patch, _split_lines, apply_patch
 
 APPLIES = "applies"
 BROKEN = "broken"
@@ -112,15 +112,14 @@ class SeriesEvaluator:
 
     def evaluate(self, files: dict[str, gitcmd.Entry]) -> list[Verdict]:
         """files: {path: entry} of the series' paths at one commit (missing paths left out)."""
-        state: dict[str, bytes | None] = {}
-
-        def current(path: str) -> bytes | None:
-            if path in state:
-                return state[path]
+        def at_commit(path: str) -> bytes | None:
             entry = files.get(path)
             if entry is None or entry.mode in (gitcmd.SYMLINK_MODE, gitcmd.GITLINK_MODE):
                 return None
             return self.read_blob(entry.sha)
+
+        state = Overlay(at_commit)
+        current = state.read
 
         verdicts = []
         for index, patch in enumerate(self.patches):

@@ -178,17 +178,30 @@ def check_symlink_target(path: str, target: str, source: str) -> None:
         raise InvalidInput(source, f"the symlink {path!r} points to {target!r}, outside the tree", hint="a symlink a patch adds must point to a path inside the tree (relative, not into .git)")
 
 
+class Overlay:
+    """Files as `base` reads them with changes laid over them (None: deleted). The one way every
+    caller (apply_patch within a patch, the series appliers, drift's evaluator) sees a tree that
+    earlier changes have moved on."""
+
+    def __init__(self, base: Reader) -> None:
+        self.base = base
+        self.changes: dict[str, bytes | None] = {}
+
+    def read(self, path: str) -> bytes | None:
+        return self.changes[path] if path in self.changes else self.base(path)
+
+    def update(self, changes: Mapping[str, bytes | None]) -> None:
+        self.changes.update(changes)
+
+
 def apply_patch(patch: Patch, read: Reader) -> dict[str, bytes | None]:
     """Apply `patch` to the files `read` returns; return {path: new bytes, or None if deleted}.
 
     `read(path)` returns a file's bytes, or None when the file does not exist. Later files in
     the same patch see the results of earlier ones. Raises PatchConflict on the first mismatch.
     """
-    changes: dict[str, bytes | None] = {}
-
-    def current(path: str) -> bytes | None:
-        return changes[path] if path in changes else read(path)
-
+    overlay = Overlay(read)
+    changes, current = overlay.changes, overlay.read
     for file_patch in patch.files:
         old = current(file_patch.old_path) if file_patch.old_path else None
         if (file_patch.old_path is None or file_patch.copy) and file_patch.new_path and current(file_patch.new_path) is not None:
@@ -232,14 +245,10 @@ def apply_file_patch(file_patch: FilePatch, old: bytes | None, patch_name: str) 
 
 def apply_series(patches: list[Patch], read: Reader) -> dict[str, bytes | None]:
     """Apply patches in order; return the combined changes relative to `read`."""
-    changes: dict[str, bytes | None] = {}
-
-    def current(path: str) -> bytes | None:
-        return changes[path] if path in changes else read(path)
-
+    overlay = Overlay(read)
     for patch in patches:
-        changes.update(apply_patch(patch, current))
-    return changes
+        overlay.update(apply_patch(patch, overlay.read))
+    return overlay.changes
 
 
 def files_under(patch: Patch, prefixes: tuple[str, ...]) -> Patch:

@@ -13,7 +13,7 @@ import git
 
 from rocmpatch import gitcmd
 from rocmpatch.errors import InvalidInput
-from rocmpatch.patching import apply_patch
+from rocmpatch.patching import Overlay, apply_patch
 from rocmpatch.series import LoadedPatch
 
 
@@ -29,19 +29,20 @@ class SeriesApplier:
     def __init__(self, repo: git.Repo, base_tree: str) -> None:
         self.repo, self.base_tree = repo, base_tree
         self.reader = gitcmd.TreeReader(repo, base_tree)
-        self.changes: dict[str, bytes | None] = {}  # everything since base_tree
+        self.overlay = Overlay(self.reader.read)
+        self.changes = self.overlay.changes  # everything since base_tree
         self.modes: dict[str, int] = {}
         self._tree, self._unwritten = base_tree, {}  # the last tree written, and changes since
 
     def read(self, path: str) -> bytes | None:
-        return self.changes[path] if path in self.changes else self.reader.read(path)
+        return self.overlay.read(path)
 
     def apply(self, loaded: LoadedPatch) -> None:
         """Apply one more patch; on PatchConflict / InvalidInput nothing of it is kept."""
         refuse_symlinks(self.reader, loaded)
         self._refuse_new_symlinks(loaded)
         changes = apply_patch(loaded.patch, self.read)
-        self.changes.update(changes)
+        self.overlay.update(changes)
         self._unwritten.update(changes)
         for file_patch in loaded.patch.files:
             if file_patch.old_path is None and file_patch.new_path:
