@@ -33,7 +33,7 @@ PATHS = (("sdpa", "auto"), ("explicit", "unfused"))
 
 def build_tree(dest: Path) -> Path:
     sys.path.insert(0, str(ROOT))
-    from rocmpatch.patching import apply_series, read_from_mapping
+    from tests.series.trees import apply_series, read_from_mapping
     from tests.megatron_wheel import megatron_core_files
     from tests.series.core_v0_19_0.test_attention import (
         PATCH,

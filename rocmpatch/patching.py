@@ -243,20 +243,6 @@ def apply_file_patch(file_patch: FilePatch, old: bytes | None, patch_name: str) 
     return "".join(result).encode("utf-8", "surrogateescape")
 
 
-def apply_series(patches: list[Patch], read: Reader) -> dict[str, bytes | None]:
-    """Apply patches in order; return the combined changes relative to `read`."""
-    overlay = Overlay(read)
-    for patch in patches:
-        overlay.update(apply_patch(patch, overlay.read))
-    return overlay.changes
-
-
-def files_under(patch: Patch, prefixes: tuple[str, ...]) -> Patch:
-    """The part of `patch` that touches only paths under `prefixes` (tests against partial trees)."""
-    kept = tuple(f for f in patch.files if all(p.startswith(prefixes) for p in f.paths))
-    return Patch(patch.name, patch.source, kept)
-
-
 class _DiffError(ValueError):
     pass
 
@@ -451,7 +437,3 @@ def _first_difference(expected: tuple[str, ...], found: list[str], start: int) -
         if found[offset] != want:
             return f"line {start + offset + 1} is {found[offset].rstrip()!r}, expected {want.rstrip()!r}"
     return "context differs"
-
-
-def read_from_mapping(files: Mapping[str, bytes]) -> Reader:
-    return files.get

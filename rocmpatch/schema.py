@@ -5,7 +5,6 @@ error names the file, the line and the key, and what was expected.
 
 from __future__ import annotations
 
-import datetime
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -386,6 +385,3 @@ def _where(path: Path, line: int | None, key: str | None) -> str:
     place = f"{path}:{line}" if line else str(path)
     return f"{place}: {key}" if key else place
 
-
-def today() -> str:
-    return datetime.date.today().isoformat()

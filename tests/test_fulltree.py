@@ -1,5 +1,6 @@
-"""The real series on the real Megatron-LM tree (needs ROCMPATCH_TEST_UPSTREAM; skips without it,
-and while the repository has no series yet)."""
+"""The engine on every real release: apply, verify, status and the refusals on the real Megatron-LM
+tree (needs ROCMPATCH_TEST_UPSTREAM; skips without it). Release-agnostic: one run per folder in
+patchsets/; what each series does to the tree is tested in tests/series/<release>/."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from rocmpatch.errors import ExitCode
 pytestmark = pytest.mark.upstream
 
 
-@pytest.fixture(scope="module")
-def real_series() -> series.Location:
-    location = series.find_patchsets(series.PACKAGE_DIR.parent / "patchsets")[0].location("core_v0.5.0")
-    if not (location.series_dir / "series.yaml").is_file() or not location.lock_path.is_file():
-        pytest.skip("patchsets/core_v0.5.0/ or upstream.lock is not in this checkout yet")
+PATCHSETS = series.find_patchsets(series.PACKAGE_DIR.parent / "patchsets")[0]
+
+
+@pytest.fixture(scope="module", params=PATCHSETS.releases())
+def real_series(request) -> series.Location:
+    location = PATCHSETS.location(request.param)
+    if not location.lock_path.is_file():
+        pytest.skip("upstream.lock is not in this checkout")
     return location
 
 

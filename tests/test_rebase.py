@@ -6,7 +6,8 @@ import pytest
 
 from rocmpatch import gitcmd, rebase
 from rocmpatch.errors import InvalidInput, TargetRefused
-from rocmpatch.patching import apply_series, parse_patch
+from rocmpatch.patching import parse_patch
+from tests.series.trees import apply_series
 from rocmpatch.schema import SeriesEntry
 from rocmpatch.series import loaded_patch
 from tests.upstream_history import make_history

@@ -1,9 +1,12 @@
-"""Helpers every release's series tests share (each release's own harness lives in its folder)."""
+"""Helpers every release's series tests share (each release's own harness lives in its folder):
+patches applied to a {path: bytes} mapping, such as a wheel's files, and a tree written to disk."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping
+
+from rocmpatch.patching import Overlay, Patch, Reader, apply_patch
 
 
 def write_files(dest: Path, files: Mapping[str, bytes | None], executable: frozenset[str] = frozenset()) -> Path:
@@ -17,3 +20,21 @@ def write_files(dest: Path, files: Mapping[str, bytes | None], executable: froze
         if path in executable:
             target.chmod(0o755)
     return dest
+
+
+def apply_series(patches: list[Patch], read: Reader) -> dict[str, bytes | None]:
+    """Apply patches in order; return the combined changes relative to `read`."""
+    overlay = Overlay(read)
+    for patch in patches:
+        overlay.update(apply_patch(patch, overlay.read))
+    return overlay.changes
+
+
+def files_under(patch: Patch, prefixes: tuple[str, ...]) -> Patch:
+    """The part of `patch` that touches only paths under `prefixes` (tests against partial trees)."""
+    kept = tuple(f for f in patch.files if all(p.startswith(prefixes) for p in f.paths))
+    return Patch(patch.name, patch.source, kept)
+
+
+def read_from_mapping(files: Mapping[str, bytes]) -> Reader:
+    return files.get

@@ -21,6 +21,7 @@ from tests.series.core_v0_5_0.trees import PATCHSETS, RELEASE, patched_core_tree
 from tests.smoke.trees import without_patch
 
 pytestmark = pytest.mark.wheel
+pytest.importorskip("torch")  # smoke on CPU needs PyTorch in this Python
 TE_LAYERS = "megatron/core/transformer/custom_layers/transformer_engine.py"
 SOFTMAX = "megatron/core/fusions/fused_softmax.py"
 

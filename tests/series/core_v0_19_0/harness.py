@@ -76,7 +76,8 @@ def _write(dest: Path, files: dict[str, bytes | None]) -> Path:
 
 def wheel_tree(dest: Path, loaded: list) -> Path:
     """The wheel's megatron/ of the pin with `loaded` applied (the parts the wheel's files take)."""
-    from rocmpatch.patching import Patch, apply_series, read_from_mapping
+    from rocmpatch.patching import Patch
+    from tests.series.trees import apply_series, read_from_mapping
     from tests.megatron_wheel import megatron_core_files
 
     files = megatron_core_files(RELEASE)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmpatch.patching import Patch, apply_series, read_from_mapping
+from rocmpatch.patching import Patch
+from tests.series.trees import apply_series, read_from_mapping
 from rocmpatch.schema import load_series
 from rocmpatch.series import loaded_patch
 from tests.megatron_wheel import megatron_core_files

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from rocmpatch import gitcmd
-from rocmpatch.patching import apply_series, files_under, read_from_mapping
+from tests.series.trees import apply_series, files_under, read_from_mapping
 from rocmpatch.series import LoadedSeries, Location, load
 from rocmpatch.trees import SeriesApplier
 from tests.series.trees import write_files

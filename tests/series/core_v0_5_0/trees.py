@@ -19,7 +19,7 @@ from typing import Mapping
 import pytest
 
 from rocmpatch import gitcmd
-from rocmpatch.patching import apply_series, files_under, read_from_mapping
+from tests.series.trees import apply_series, files_under, read_from_mapping
 from rocmpatch.series import LoadedSeries, find_patchsets, load
 from rocmpatch.trees import SeriesApplier
 from tests.series.trees import write_files
