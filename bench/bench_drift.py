@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rocmpatch import drift, gitcmd, series, store  # noqa: E402
+from rocmpatch import gitcmd, series, store  # noqa: E402
+from rocmpatch.operations import drift
 
 
 def naive_seconds(mirror: Path, patch_files: list[Path], commits: list[str]) -> float:

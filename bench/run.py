@@ -51,7 +51,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rocmpatch-bench-") as scratch:
         tmp = Path(scratch)
         os.environ["ROCMPATCH_CACHE_DIR"] = str(tmp / "cache")
-        from rocmpatch import applying, releases, series, store, verifying
+        from rocmpatch import releases, series, store
+        from rocmpatch.operations import applying, verifying
 
         loaded = series.load(releases.choose(args.series_dir, args.release).location)
         lock = loaded.locked()

@@ -7,10 +7,13 @@ something planted there: a temporary name is created exclusively and never throu
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
+from typing import Iterator
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -91,3 +94,30 @@ def read_regular_file(path: Path, *, limit: int, what: str = "file") -> bytes:
     if len(data) > limit:
         raise InvalidInput(path, f"is more than the {limit} bytes a {what} may have")
     return data
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, wait: float, what: str) -> Iterator[None]:
+    """An exclusive fcntl lock on `path`; raises Busy after `wait` seconds.
+
+    The kernel drops the lock when the process dies, so a crash never leaves a stale lock.
+    """
+    from rocmpatch.errors import Busy, TargetRefused
+
+    try:
+        handle = open_lock_file(path)
+    except OSError as exc:  # ELOOP: a symlink planted at the lock's name
+        raise TargetRefused(f"{path}: cannot open the lock file ({exc.strerror})", hint=f"remove {path} if it is a symlink") from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise Busy(f"{what} is in use by another rocmpatch process (lock {path})", hint="wait for it to finish and retry") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        handle.close()

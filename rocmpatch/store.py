@@ -9,21 +9,19 @@ entry; a half-built entry is deleted, so the cache only ever holds complete, ver
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
 
 import git
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import Busy, TargetRefused, UpstreamError
-from rocmpatch.files import open_lock_file
+from rocmpatch.errors import UpstreamError
+from rocmpatch.files import file_lock
 from rocmpatch.schema import Upstream
 
 UPSTREAM_URL_VARIABLE = "ROCMPATCH_UPSTREAM_URL"
@@ -114,31 +112,6 @@ def _verified(repo: git.Repo, upstream: Upstream, source: Path | str) -> git.Rep
     if upstream.tree and tree != upstream.tree:
         raise UpstreamError(f"{source}: commit {upstream.commit} has tree {tree}, but upstream.lock says {upstream.tree}", hint="the lock is wrong or the upstream was rewritten; run 'rocmpatch lock' only if you trust this upstream")
     return repo
-
-
-@contextlib.contextmanager
-def file_lock(path: Path, *, wait: float, what: str) -> Iterator[None]:
-    """An exclusive fcntl lock on `path`; raises Busy after `wait` seconds.
-
-    The kernel drops the lock when the process dies, so a crash never leaves a stale lock.
-    """
-    try:
-        handle = open_lock_file(path)
-    except OSError as exc:  # ELOOP: a symlink planted at the lock's name
-        raise TargetRefused(f"{path}: cannot open the lock file ({exc.strerror})", hint=f"remove {path} if it is a symlink") from None
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise Busy(f"{what} is in use by another rocmpatch process (lock {path})", hint="wait for it to finish and retry") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        handle.close()
 
 
 _PERCENT = re.compile(r"^(?P<stage>[A-Za-z ]+):\s+(?P<percent>\d+)%")

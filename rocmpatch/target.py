@@ -22,7 +22,7 @@ import git
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused, UsageError
 from rocmpatch.files import replace_file
-from rocmpatch.store import file_lock
+from rocmpatch.files import file_lock
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0

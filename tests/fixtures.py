@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from rocmpatch import gitcmd, locking, series
+from rocmpatch import gitcmd, series
+from rocmpatch.operations import locking
 from rocmpatch.schema import Lock, load_lock_file
 
 RELEASE = "test_v1"  # the release folder fixtures write: patchsets/test_v1/

@@ -31,7 +31,7 @@ def test_git_missing_is_one_clear_line(project, tmp_path):
 
 
 def test_a_bug_exits_70_with_a_log(cli, monkeypatch, tmp_path):
-    from rocmpatch import applying
+    from rocmpatch.operations import applying
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")
@@ -44,7 +44,7 @@ def test_a_bug_exits_70_with_a_log(cli, monkeypatch, tmp_path):
 
 
 def test_ctrl_c_exits_130(cli, monkeypatch, tmp_path):
-    from rocmpatch import applying
+    from rocmpatch.operations import applying
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocmpatch import drift, gitcmd
+from rocmpatch import gitcmd
+from rocmpatch.operations import drift
 from tests.upstream_history import make_history, parsed_patches
 
 

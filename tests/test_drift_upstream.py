@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from rocmpatch import drift, gitcmd, rebase, series, store
+from rocmpatch import gitcmd, series, store
+from rocmpatch.operations import drift, rebase
 from rocmpatch.schema import SERIES_FILE
 from tests.fixtures import location_of
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmpatch import gitcmd, rebase
+from rocmpatch import gitcmd
+from rocmpatch.operations import rebase
 from rocmpatch.errors import InvalidInput, TargetRefused
 from rocmpatch.patching import parse_patch
 from tests.series.trees import apply_series

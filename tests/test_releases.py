@@ -7,7 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from rocmpatch import gitcmd, locking, releases
+from rocmpatch import gitcmd, releases
+from rocmpatch.operations import locking
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, UsageError
 from tests.fixtures import DEFAULT_PATCHES, location_of, lock_of, patch_texts, write_lock, write_series

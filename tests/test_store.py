@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from rocmpatch import store
+from rocmpatch import files, store
 from rocmpatch.errors import Busy, UpstreamError
 from rocmpatch.schema import Upstream
 
@@ -51,10 +51,10 @@ def test_file_lock_busy(tmp_path):
     try:
         holder.stdout.readline()
         with pytest.raises(Busy):
-            with store.file_lock(path, wait=0.2, what="x"):
+            with files.file_lock(path, wait=0.2, what="x"):
                 pass
     finally:
         holder.kill()
         holder.wait()
-    with store.file_lock(path, wait=0.2, what="x"):
+    with files.file_lock(path, wait=0.2, what="x"):
         pass

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd, locking, series
+from rocmpatch import gitcmd, series
+from rocmpatch.operations import locking
 from rocmpatch.patching import parse_patch
 from tests.fixtures import RELEASE, write_series
 

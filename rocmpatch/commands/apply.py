@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import applying, series
+from rocmpatch import series
+from rocmpatch.operations import applying
 from rocmpatch.commands import selected
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode

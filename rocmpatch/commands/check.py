@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import checking, series
+from rocmpatch import series
+from rocmpatch.operations import checking
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.releases import every

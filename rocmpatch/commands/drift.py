@@ -4,7 +4,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rocmpatch import drift, series, store
+from rocmpatch import series, store
+from rocmpatch.operations import drift
 from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError

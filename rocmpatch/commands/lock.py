@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import locking, series
+from rocmpatch import series
+from rocmpatch.operations import locking
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode, UsageError
 from rocmpatch.releases import every

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rocmpatch import rebase, series, store
+from rocmpatch import series, store
+from rocmpatch.operations import rebase
 from rocmpatch.commands import selected
 from rocmpatch.console import err, out
 from rocmpatch.errors import ExitCode, TargetRefused, UsageError

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rocmpatch import series, series_status
+from rocmpatch import series
+from rocmpatch.operations import series_status
 from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import series, unapplying
+from rocmpatch import series
+from rocmpatch.operations import unapplying
 from rocmpatch.commands import selected
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode

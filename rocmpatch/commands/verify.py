@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import series, verifying
+from rocmpatch import series
+from rocmpatch.operations import verifying
 from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode

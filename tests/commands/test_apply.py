@@ -225,6 +225,6 @@ def write_lock_lenient(location):
     old = loaded.lock
     from rocmpatch.schema import Lock
 
-    from rocmpatch import locking
+    from rocmpatch.operations import locking
 
     locking.write(location, Lock(old.upstream, loaded.locked_patches(), old.patched_tree))

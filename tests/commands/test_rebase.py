@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from rocmpatch import gitcmd, rebase
+from rocmpatch import gitcmd
+from rocmpatch.operations import rebase
 from rocmpatch.cli import app
 from rocmpatch.schema import load_series
 from tests.fixtures import RELEASE, location_of, lock_of

@@ -28,7 +28,8 @@ from pathlib import Path
 import git
 import yaml
 
-from rocmpatch import gitcmd, locking
+from rocmpatch import gitcmd
+from rocmpatch.operations import locking
 from rocmpatch.errors import (
     Busy,
     CheckFailed,
