@@ -34,10 +34,23 @@ def commit_tree(repo: git.Repo, tree: str, parent: str, message: str, identity: 
 
 def commit_links(repo: git.Repo, commit: str) -> tuple[dict[str, str], list[str]]:
     """A commit's trailers (the last value wins for a repeated key) and its parents' ids, from
-    one read of the commit object."""
-    parsed = repo.commit(commit)
-    trailers = {key: values[-1] for key, values in parsed.trailers_dict.items()}
-    return trailers, [parent.hexsha for parent in parsed.parents]
+    one read of the raw commit object through GitPython's long-lived `cat-file --batch` (no
+    process per commit: history.read walks every commit of a series).
+
+    Trailers are the `Key: value` lines of the message's last paragraph, as git writes them for
+    `commit_tree(trailers=...)`; a paragraph with any other line is no trailer block."""
+    sha = commit if len(commit) == 40 else repo.rev_parse(commit).hexsha
+    raw = _guard(lambda: repo.odb.stream(bytes.fromhex(sha)).read())
+    header, _, message = raw.decode("utf-8", "surrogateescape").partition("\n\n")
+    parents = [line[7:] for line in header.splitlines() if line.startswith("parent ")]
+    paragraphs = [p for p in message.strip("\n").split("\n\n") if p.strip()]
+    trailers: dict[str, str] = {}
+    if paragraphs:
+        lines = paragraphs[-1].splitlines()
+        pairs = [line.partition(": ") for line in lines]
+        if all(sep and key and " " not in key for key, sep, _ in pairs):
+            trailers = {key: value.strip() for key, _, value in pairs}
+    return trailers, parents
 
 
 def commit_date(repo: git.Repo, commit: str) -> datetime.datetime:

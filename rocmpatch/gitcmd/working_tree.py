@@ -10,6 +10,7 @@ from pathlib import Path
 
 import git
 
+from rocmpatch.errors import RocmpatchError
 from rocmpatch.gitcmd.core import resolve_commit, run, run_bytes
 from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry
 
@@ -125,21 +126,32 @@ def worktree_tree(repo: git.Repo, *, leave_out: list[str] = ()) -> str:
         return run_bytes(repo, "write-tree", env=env).decode().strip()
 
 
+# What git compares, whatever the target's configuration says: modes, and stat data in full.
+_HONEST_STAT = ("-c", "core.fileMode=true", "-c", "core.trustctime=true", "-c", "core.checkStat=default",
+                "-c", "core.ignoreStat=false", "-c", "core.symlinks=true")
+
+
 def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, Entry]:
     """What the working tree holds, path by path, as git would record it (mode, type, blob id;
     untracked files included, ignored ones not), without writing anything to the repository:
     a temporary index, and the blobs hashed into a temporary object directory that borrows the
-    repository's objects. Every file is hashed, so the index's stat data and flags
-    (assume-unchanged, skip-worktree) cannot hide a change."""
+    repository's objects.
+
+    The temporary index starts as a copy of the repository's own, so that, like `git status`,
+    only files whose stat data changed are read again; but only when no entry carries a flag
+    that hides changes (assume-unchanged, skip-worktree), and with the configuration that weakens
+    the stat check (core.fileMode=false, core.trustctime=false, ...) overridden. Otherwise every
+    file is hashed."""
     with tempfile.TemporaryDirectory(prefix="rocmpatch-snapshot-") as scratch:
         objects = Path(scratch) / "objects"
         objects.mkdir()
-        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index"), "GIT_OBJECT_DIRECTORY": str(objects),
+        index = Path(scratch) / "index"
+        env = {"GIT_INDEX_FILE": str(index), "GIT_OBJECT_DIRECTORY": str(objects),
                "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(repo.git_dir) / "objects")}
-        if resolve_commit(repo, "HEAD"):
+        if not _seed_index(repo, index, env) and resolve_commit(repo, "HEAD"):
             run_bytes(repo, "read-tree", "HEAD", env=env)
         excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
-        run_bytes(repo, "add", "-A", "--", ".", *excluded, env=env)
+        run_bytes(repo, *_HONEST_STAT, "add", "-A", "--", ".", *excluded, env=env)
         out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
     entries: dict[str, Entry] = {}
     for record in out.split(b"\0"):
@@ -148,6 +160,22 @@ def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, 
             mode, sha, _stage = meta.split(b" ")
             entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
     return entries
+
+
+def _seed_index(repo: git.Repo, index: Path, env: dict[str, str]) -> bool:
+    """Copy the repository's index to `index` when none of its entries hides a change (`ls-files
+    -v` tags: lower case for assume-unchanged, S for skip-worktree); False when it cannot be used."""
+    source = Path(repo.git_dir) / "index"
+    try:
+        index.write_bytes(source.read_bytes())
+        tags = run_bytes(repo, "ls-files", "-v", "-z", env=env)
+    except (OSError, RocmpatchError):
+        index.unlink(missing_ok=True)
+        return False
+    if any(record[:1].islower() or record[:1] == b"S" for record in tags.split(b"\0") if record):
+        index.unlink()
+        return False
+    return True
 
 
 def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:

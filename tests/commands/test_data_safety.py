@@ -282,6 +282,22 @@ def test_verify_sees_symlink_swaps_and_mode_changes(cli, tmp_path):
     assert kinds == {"pkg/b.py": "type-changed", "README.md": "mode-changed", "pkg/a.py": "edited"}
 
 
+def test_verify_sees_mode_and_edits_through_a_stat_clean_index(cli, tmp_path):
+    """No flags in the index: verify starts from its stat data (as git status does) and still sees
+    a chmod under core.fileMode=false and an edit that keeps the file's size."""
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    subprocess.run(["git", "-C", str(target), "status", "--porcelain"], check=True, capture_output=True)  # a fresh stat cache
+    (target / "README.md").chmod(0o755)
+    subprocess.run(["git", "-C", str(target), "config", "core.fileMode", "false"], check=True)
+    text = (target / "pkg/b.py").read_text()
+    (target / "pkg/b.py").write_text(text.replace("return 1\n", "return 9\n", 1))
+    result = cli("verify", "--target", str(target), "--json")
+    assert result.exit_code == ExitCode.CHECK_FAILED, result.stdout
+    kinds = {d["path"]: d["kind"] for d in json.loads(result.stdout)["differences"]}
+    assert kinds == {"README.md": "mode-changed", "pkg/b.py": "edited"}
+
+
 # 7. no program configured in the target runs -------------------------------------------------------
 
 
