@@ -1,0 +1,36 @@
+"""Each recipe, scaled down, trains: its flags (parallel layout, sizes and data aside) on upstream's
+pretrain_gpt.py of the patched core_v0.19.0 tree, two CPU processes over gloo. Needs a Megatron-LM
+mirror (ROCMPATCH_TEST_UPSTREAM), like the series' other full-tree training tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmpatch.recipes.catalog import find, names, to_argv
+from tests.series.core_v0_19_0.test_training import assert_learns, pretrain_gpt, tree019  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.upstream
+
+# What the tiny run decides itself: model size, parallel layout (two CPU processes), batch, data,
+# tokenizer, schedule length and logging. Everything else in a recipe is kept.
+SCALED_AWAY = (
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups",
+    "--seq-length", "--max-position-embeddings", "--micro-batch-size", "--global-batch-size",
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--expert-model-parallel-size",
+    "--context-parallel-size", "--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
+    "--train-iters", "--lr-warmup-iters", "--lr", "--min-lr", "--eval-interval", "--eval-iters", "--log-interval",
+    "--save", "--load", "--save-interval", "--data-path", "--split", "--tokenizer-type", "--tokenizer-model",
+    "--vocab-size", "--mock-data", "--make-vocab-size-divisible-by",
+)
+ITERS = 6
+
+
+@pytest.mark.parametrize("name", names())
+def test_scaled_down_recipe_trains(name, tree019):
+    recipe = find(name)
+    layout = recipe.layouts[0]
+    kept = {flag: value for flag, value in recipe.merged_args(layout).items() if flag not in SCALED_AWAY}
+    if "--num-experts" in kept:
+        kept["--num-experts"] = 4  # a multiple of the two processes, small enough for the CPU
+    losses, _ = pretrain_gpt(tree019, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
+    assert_learns(losses, ITERS)
