@@ -34,7 +34,8 @@ def launch(nodes: int, per_node: int, *args: str) -> list[subprocess.CompletedPr
 
 def test_two_nodes_of_two_ranks_pass_and_report(tmp_path):
     report = tmp_path / "preflight.json"
-    done = launch(2, 2, "--json", str(report))
+    # Four ranks on a shared CPU: how fast each is says nothing; only the report and its exits are tested.
+    done = launch(2, 2, "--json", str(report), "--min-of-median", "0")
     assert [d.returncode for d in done] == [0, 0, 0, 0], done[0].stderr
     assert "preflight passed" in done[0].stdout and done[1].stdout == ""
     doc = json.loads(report.read_text())
