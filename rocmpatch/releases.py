@@ -46,10 +46,7 @@ class Choice:
 def choose(series_dir: Path | None, requested: str | None, *, target: Path | None = None) -> Choice:
     """The release to use, given --series-dir, --release and (for commands on a checkout) the target."""
     patchsets, named_by_dir = find_patchsets(series_dir)
-    requested = requested or os.environ.get(RELEASE_VARIABLE) or None
-    if requested and named_by_dir and requested != named_by_dir:
-        raise UsageError(f"--series-dir names release {named_by_dir}, --release says {requested}", hint="give one of them")
-    requested = requested or named_by_dir
+    requested = _asked(requested, named_by_dir)
     available = patchsets.releases()
     if requested is not None and requested not in available:
         raise UsageError(f"no release {requested!r} in {patchsets.root}", hint=_listing(available))
@@ -57,7 +54,7 @@ def choose(series_dir: Path | None, requested: str | None, *, target: Path | Non
     if detected is not None:
         release, detail = detected
         if requested is not None and requested != release:
-            raise UsageError(f"{target} is release {release} ({detail}), not {requested}",
+            raise UsageError(f"{detail}, so it is release {release}, not {requested}",
                              hint="drop --release (the target's release is used), or give another --target")
         return Choice(patchsets.location(release), ASKED if requested else DETECTED, detail)
     if requested is not None:
@@ -68,32 +65,40 @@ def choose(series_dir: Path | None, requested: str | None, *, target: Path | Non
 def every(series_dir: Path | None, requested: str | None) -> list[Location]:
     """The releases a project-wide command (check, lock) covers: the one asked for, else all."""
     patchsets, named_by_dir = find_patchsets(series_dir)
-    requested = requested or os.environ.get(RELEASE_VARIABLE) or named_by_dir
-    if requested:
+    if _asked(requested, named_by_dir):
         return [choose(series_dir, requested).location]
+    return [patchsets.location(name) for name in _folders(patchsets)]
+
+
+def _asked(requested: str | None, named_by_dir: str | None) -> str | None:
+    """--release (or ROCMPATCH_RELEASE), or the release whose folder --series-dir names; both must agree."""
+    asked = requested or os.environ.get(RELEASE_VARIABLE) or None
+    if asked and named_by_dir and asked != named_by_dir:
+        raise UsageError(f"--series-dir names release {named_by_dir}, --release says {asked}", hint="give one of them")
+    return asked or named_by_dir
+
+
+def _folders(patchsets: Patchsets) -> list[str]:
     available = patchsets.releases()
     if not available:
         raise InvalidInput(patchsets.root, "holds no release folder with a series.yaml", hint="see docs/adding-a-release.md")
-    return [patchsets.location(name) for name in available]
+    return available
 
 
 def _default(patchsets: Patchsets, available: list[str]) -> Choice:
-    if not available:
-        raise InvalidInput(patchsets.root, "holds no release folder with a series.yaml", hint="see docs/adding-a-release.md")
+    available = available or _folders(patchsets)
     if len(available) == 1:
         return Choice(patchsets.location(available[0]), ONLY)
     lock_file = patchsets.lock_file()
-    pinned = {name: lock for name, lock in (lock_file.releases.items() if lock_file else ()) if name in available}
-    if not pinned:
+    newest = lock_file.newest(among=available) if lock_file else None
+    if newest is None:
         raise UsageError(f"{patchsets.root} holds several releases and {patchsets.lock_path} pins none of them", hint=_listing(available))
-    newest = max(pinned, key=lambda name: (pinned[name].upstream.date, name))
     return Choice(patchsets.location(newest), NEWEST)
 
 
 def detect(patchsets: Patchsets, target: Path) -> tuple[str, str] | None:
-    """(release, why) for an existing git checkout based on one release's pin; None for a new target.
-
-    A checkout based on no pinned commit is refused here, naming what it is based on."""
+    """(release, why) for an existing git checkout based on one release's pin; None for a new target,
+    or one based on no pinned commit (the command itself then says what it is based on)."""
     from rocmpatch import gitcmd, history
 
     if not target.exists() or (target.is_dir() and not any(target.iterdir())):
@@ -145,9 +150,10 @@ def release_summaries(patchsets: Patchsets) -> list[ReleaseSummary]:
 
     lock_file = patchsets.lock_file()
     pinned = lock_file.releases if lock_file else {}
-    newest = lock_file.newest() if lock_file else None
+    folders = patchsets.releases()
+    newest = lock_file.newest(among=folders) if lock_file else None
     summaries = []
-    for name in patchsets.releases():
+    for name in folders:
         location = patchsets.location(name)
         lock = pinned.get(name)
         up = lock.upstream if lock else None

@@ -99,11 +99,10 @@ class LockFile:
 
     releases: dict[str, Lock]
 
-    def newest(self) -> str | None:
-        """The release whose pinned commit is the most recent (ties: the larger name)."""
-        if not self.releases:
-            return None
-        return max(self.releases, key=lambda name: (self.releases[name].upstream.date, name))
+    def newest(self, among: list[str] | None = None) -> str | None:
+        """The release (of `among`, default all) whose pinned commit is the most recent (ties: the larger name)."""
+        names = [name for name in self.releases if among is None or name in among]
+        return max(names, key=lambda name: (self.releases[name].upstream.date, name)) if names else None
 
     def with_release(self, name: str, lock: Lock) -> "LockFile":
         return LockFile({**self.releases, name: lock})

@@ -16,8 +16,9 @@ def run() -> ExitCode:
         out.print(f"pinned upstream: unknown ({exc.message})", markup=False)
         return ExitCode.OK
     releases = lock_file.releases if lock_file else {}
-    newest = lock_file.newest() if lock_file else None
-    for name in patchsets.releases():
+    folders = patchsets.releases()
+    newest = lock_file.newest(among=folders) if lock_file else None
+    for name in folders:
         lock = releases.get(name)
         pin = f"{lock.upstream.url} {lock.upstream.ref} {lock.upstream.commit}" if lock else "not in upstream.lock"
         out.print(f"release {name}{' (newest)' if name == newest else ''}: {pin}", markup=False)

@@ -102,13 +102,18 @@ def paths_at(repo: git.Repo, commit: str, paths: Iterable[str]) -> dict[str, Ent
 
 
 def _ls_tree(repo: git.Repo, treeish: str, *limit: str) -> dict[str, Entry]:
-    out = run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", treeish, *limit)
+    return parse_entries(run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", treeish, *limit), sha_field=2)
+
+
+def parse_entries(out: bytes, *, sha_field: int) -> dict[str, Entry]:
+    """{path: Entry} from NUL-separated "<meta>\\t<path>" records, as `ls-tree -z` ("mode type sha",
+    sha_field 2) and `ls-files -s -z` ("mode sha stage", sha_field 1) write them."""
     entries: dict[str, Entry] = {}
     for record in out.split(b"\0"):
         if record:
             meta, path = record.split(b"\t", 1)
-            mode, _kind, sha = meta.split(b" ")
-            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
+            fields = meta.split(b" ")
+            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(fields[0], 8), fields[sha_field].decode())
     return entries
 
 

@@ -12,7 +12,7 @@ import git
 
 from rocmpatch.errors import RocmpatchError
 from rocmpatch.gitcmd.core import resolve_commit, run, run_bytes
-from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry
+from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry, parse_entries
 
 
 def head_commit(repo: git.Repo) -> str | None:
@@ -153,13 +153,7 @@ def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, 
         excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
         run_bytes(repo, *_HONEST_STAT, "add", "-A", "--", ".", *excluded, env=env)
         out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
-    entries: dict[str, Entry] = {}
-    for record in out.split(b"\0"):
-        if record:
-            meta, path = record.split(b"\t", 1)
-            mode, sha, _stage = meta.split(b" ")
-            entries[path.decode("utf-8", "surrogateescape")] = Entry(int(mode, 8), sha.decode())
-    return entries
+    return parse_entries(out, sha_field=1)
 
 
 def _seed_index(repo: git.Repo, index: Path, env: dict[str, str]) -> bool:

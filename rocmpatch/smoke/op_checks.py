@@ -186,36 +186,40 @@ def _run_optimizer(torch, module: str, kind: str, device, dtype):
     return [(f"param {i}", a, b) for i, (a, b) in enumerate(zip(ours, theirs))]
 
 
-def _run_clip(torch, device, dtype):
-    from megatron.optimizer.clip_grads import clip_grad_norm_fp32
-
+def _params_with_grads(torch, device):
+    """Two identical parameter sets with the same large gradients: ours for Megatron, theirs for torch."""
     values, generator = _params(torch, device)
     ours = [torch.nn.Parameter(v.clone()) for v in values]
     theirs = [torch.nn.Parameter(v.clone()) for v in values]
     for a, b in zip(ours, theirs):
         g = torch.randn(a.shape, generator=generator).to(device) * 3
         a.grad, b.grad = g.clone(), g.clone()
-    norm = clip_grad_norm_fp32(ours, [p.grad for p in ours], 1.0, False)
+    return ours, theirs
+
+
+def _clip_pairs(torch, norm, ours, theirs):
+    """Megatron's norm and clipped gradients beside torch.nn.utils.clip_grad_norm_'s on `theirs`."""
     ref_norm = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
     pairs = [("norm", torch.tensor([float(norm)]), ref_norm.reshape(1).cpu())]
     return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
+
+
+def _run_clip(torch, device, dtype):
+    from megatron.optimizer.clip_grads import clip_grad_norm_fp32
+
+    ours, theirs = _params_with_grads(torch, device)
+    norm = clip_grad_norm_fp32(ours, [p.grad for p in ours], 1.0, False)
+    return _clip_pairs(torch, norm, ours, theirs)
 
 
 def _run_core_clip(torch, device, dtype):
     """megatron.core's split of clip_grad_norm_fp32: the norm, then clipping by it."""
     from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32, get_grad_norm_fp32
 
-    values, generator = _params(torch, device)
-    ours = [torch.nn.Parameter(v.clone()) for v in values]
-    theirs = [torch.nn.Parameter(v.clone()) for v in values]
-    for a, b in zip(ours, theirs):
-        g = torch.randn(a.shape, generator=generator).to(device) * 3
-        a.grad, b.grad = g.clone(), g.clone()
+    ours, theirs = _params_with_grads(torch, device)
     norm = get_grad_norm_fp32([p.grad for p in ours])
     clip_grad_by_total_norm_fp32(ours, 1.0, norm)
-    ref_norm = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
-    pairs = [("norm", torch.tensor([float(norm)]), ref_norm.reshape(1).cpu())]
-    return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
+    return _clip_pairs(torch, norm, ours, theirs)
 
 
 def _run_grad_accum_linear(torch, api: str, device, dtype):
