@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rocmpatch.recipes.catalog import find, names, to_argv
-from tests.series.core_v0_19_0.test_training import assert_learns, pretrain_gpt, tree019  # noqa: F401 (fixture)
+from tests.series.core_v0_19_0.test_training import assert_learns, pretrain_gpt, tree019  # noqa: F401,F811 (a fixture)
 
 pytestmark = pytest.mark.upstream
 
@@ -26,7 +26,7 @@ ITERS = 6
 
 
 @pytest.mark.parametrize("name", names())
-def test_scaled_down_recipe_trains(name, tree019):
+def test_scaled_down_recipe_trains(name, tree019):  # noqa: F811 (the fixture imported above)
     recipe = find(name)
     layout = recipe.layouts[0]
     kept = {flag: value for flag, value in recipe.merged_args(layout).items() if flag not in SCALED_AWAY}

@@ -22,15 +22,21 @@ from rocmpatch.smoke.child import NVIDIA_ONLY, put_target_first
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a parent torchrun, a CUDA setup or a developer's shell would otherwise pass down.
-INHERITED = ("PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_")
+INHERITED = ("PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_",
+             "NVTE_")
+BLOCK_VARIABLE = "ROCMPATCH_TEST_BLOCK"  # more modules the child refuses, comma-separated (a release's own list)
 
 
-def run_checks(module: str, group: str, tree: Path, workdir: Path, timeout: int = 600) -> dict:
-    """Run one group of tests/series/MODULE.py against tree, in workdir: its JSON result."""
-    out = workdir / f"{module.replace('.', '-')}-{group}.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
+def run_checks(module: str, group: str, tree: Path, workdir: Path, timeout: int = 600, *,
+               env: dict[str, str] | None = None, block: tuple[str, ...] = ()) -> dict:
+    """Run one group of tests/series/MODULE.py against tree, in workdir: its JSON result. `block`
+    adds to the NVIDIA-only modules the child refuses; `env` adds to its environment."""
+    out = workdir / f"{module.replace('.', '-')}-{group.replace(',', '+')}.json"
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
     # rocmpatch and tests import from ROOT; the child puts the tree before it.
-    env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore")
+    child_env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", OMP_NUM_THREADS="2",
+                     PYTHONWARNINGS="ignore", PYTHONDONTWRITEBYTECODE="1", **{BLOCK_VARIABLE: ",".join(block)}, **(env or {}))
+    env = child_env
     proc = subprocess.run(
         [sys.executable, "-m", "tests.series.child", module, group, str(tree), str(out)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout,
@@ -44,8 +50,11 @@ class BlockNvidiaOnly(importlib.abc.MetaPathFinder):
     """Refuses the NVIDIA-only packages even where installed. Not the *_cuda extensions Megatron
     builds itself: core-kernels puts stand-ins for them on the path."""
 
+    def __init__(self, extra: set[str]) -> None:
+        self.blocked = set(NVIDIA_ONLY) | extra
+
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in NVIDIA_ONLY:
+        if name.split(".")[0] in self.blocked:
             # ModuleNotFoundError, as a real absence raises: code catching only that (core_v0.19.0's
             # tensor_parallel/random.py) must see these packages as absent, not crash.
             raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
@@ -54,7 +63,7 @@ class BlockNvidiaOnly(importlib.abc.MetaPathFinder):
 
 def main() -> None:
     module, group, tree, out = sys.argv[1:5]
-    sys.meta_path.insert(0, BlockNvidiaOnly())
+    sys.meta_path.insert(0, BlockNvidiaOnly({name for name in os.environ.get(BLOCK_VARIABLE, "").split(",") if name}))
     put_target_first(tree)
     result = importlib.import_module(f"tests.series.{module}").run(group)
     Path(out).write_text(json.dumps(result))

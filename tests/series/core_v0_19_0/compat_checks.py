@@ -1,6 +1,6 @@
 """Child side of test_compat.py: the COMPAT patches of core_v0.19.0, checked in one process.
 
-Runs under harness.main (NVIDIA-only modules refused, the tree first on sys.path), CPU only, and
+Runs in the child of tests/series/child.py (NVIDIA-only modules refused, the tree first on sys.path), CPU only, and
 returns plain values; the assertions live in test_compat.py. Groups (comma-separated, one process):
 - imports: which of megatron.core / megatron.training / ... import, and the error of those that do
   not; on a tree that still imports triton unguarded, that one kernel module is stubbed afterwards
@@ -213,7 +213,7 @@ def check_pretrain() -> dict:
     this machine stops it (no GPU), after the argument validation this checks."""
     import runpy
 
-    tree = sys.path[0]  # harness.main put the tree first
+    tree = sys.path[0]  # the child put the tree first
     os.chdir(tree)
     results = {}
     for name, extra in (("explicit_te", ["--transformer-impl", "transformer_engine"]), ("default", [])):

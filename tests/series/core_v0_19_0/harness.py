@@ -8,11 +8,10 @@ Parent side (pytest; fixtures in conftest.py):
   patching (only the files the wheel carries), written to dest;
 - full_tree(mirror, dest, patches): the whole pinned tree from a Megatron-LM mirror with the patches
   applied as `rocmpatch apply` does (trees.SeriesApplier), written to dest;
-- run_child(module, groups, tree, workdir): runs `python -m tests.series.core_v0_19_0.harness` in a
-  fresh process and returns the JSON dict that tests.series.core_v0_19_0.MODULE.run(groups) made.
-Child side (main): NVIDIA-only modules are refused as absent (ModuleNotFoundError, the error an
-absent package gives, which some upstream guards catch narrowly) before anything is imported, even
-where installed, so no result depends on this machine; the tree goes first on sys.path.
+- run_child(module, groups, tree, workdir): runs tests.series.core_v0_19_0.MODULE.run(groups) in a
+  fresh process through the runner every release shares (tests/series/child.py) and returns its JSON
+  dict. The child refuses this release's NVIDIA-only modules (NVIDIA_ONLY, triton included) as
+  absent, before anything is imported, even where installed, so no result depends on this machine.
 
 Megatron code never runs in the pytest process: a fresh process per run keeps pristine and patched
 trees apart in sys.modules and keeps a hard crash out of pytest.
@@ -20,12 +19,6 @@ trees apart in sys.modules and keeps a hard crash out of pytest.
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 RELEASE = "core_v0.19.0"
@@ -40,10 +33,6 @@ NVIDIA_ONLY = (
     "triton", "grouped_gemm", "fused_weight_gradient_mlp_cuda", "fused_layer_norm_cuda",
     "scaled_masked_softmax_cuda", "scaled_upper_triang_masked_softmax_cuda", "scaled_softmax_cuda",
 )
-# What a parent torchrun, a CUDA setup or a developer's shell would otherwise pass down.
-INHERITED = ("PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-             "TORCHELASTIC_", "NVTE_")
-
 
 # ---------------------------------------------------------------- parent side
 
@@ -100,38 +89,8 @@ def full_tree(mirror: Path, dest: Path, loaded: list) -> Path:
 
 
 def run_child(module: str, groups: str, tree: Path, workdir: Path, *, timeout: int = 600, env: dict | None = None) -> dict:
-    """Run tests.series.core_v0_19_0.MODULE.run(groups) against tree in a fresh process."""
-    out = workdir / f"{module}-{groups.replace(',', '+')}.json"
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
-    child_env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", OMP_NUM_THREADS="2",
-                     PYTHONWARNINGS="ignore", PYTHONDONTWRITEBYTECODE="1", **(env or {}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.series.core_v0_19_0.harness", module, groups, str(tree), str(out)],
-        cwd=workdir, env=child_env, capture_output=True, text=True, timeout=timeout, check=False,
-    )
-    if not out.exists():
-        raise AssertionError(f"{module} {groups} crashed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
-    return json.loads(out.read_text())
+    """Run tests.series.core_v0_19_0.MODULE.run(groups) against tree in a fresh process (the shared
+    runner, tests/series/child.py), refusing this release's NVIDIA-only modules, triton included."""
+    from tests.series.child import run_checks
 
-
-# ---------------------------------------------------------------- child side
-
-
-class RefuseNvidiaOnly(importlib.abc.MetaPathFinder):
-    """Makes the NVIDIA-only packages look absent, even where installed."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in NVIDIA_ONLY:
-            raise ModuleNotFoundError(f"No module named {name!r} (refused by the test)", name=name)
-
-
-def main() -> None:
-    module, groups, tree, out = sys.argv[1:5]
-    sys.meta_path.insert(0, RefuseNvidiaOnly())
-    sys.path[:] = [tree] + [p for p in sys.path if p not in ("", ".", tree)]
-    result = importlib.import_module(f"tests.series.core_v0_19_0.{module}").run(groups)
-    Path(out).write_text(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main()
+    return run_checks(f"core_v0_19_0.{module}", groups, tree, workdir, timeout, env=env, block=NVIDIA_ONLY)
