@@ -7,12 +7,16 @@ description, and two trailers
     Rocmpatch-Patch-Sha256: <sha256 of the patch file>
 
 Author and committer are a fixed identity dated at the pin's commit date, so the same series on
-the same pin gives the same commit ids on every machine.
+the same pin gives the same commit ids on every machine; which is why the store can keep the
+applied series once per (pin, series) and hand it to every new target (see series_key).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
+from typing import Iterable
 
 import git
 
@@ -79,6 +83,19 @@ def _user_commits(repo: git.Repo, head: str | None, pin: str) -> list[str]:
         found.append(commit)
         commit = parents[0] if len(parents) == 1 else None
     return []
+
+
+COMMIT_FORMAT = 1  # raise when commit_patch's commits change: it retires every cached series head
+
+
+def series_key(patches: Iterable[LoadedPatch], pin: str) -> str:
+    """What decides the commits commit_patch makes for a series on `pin`: the pin, and each patch's
+    name, bytes (their sha256), summary and description, in order."""
+    digest = hashlib.sha256(f"rocmpatch series commits {COMMIT_FORMAT}\n{pin}\n".encode())
+    for loaded in patches:
+        entry = loaded.entry
+        digest.update(json.dumps([entry.name, loaded.sha256, entry.summary, entry.description]).encode("utf-8") + b"\n")
+    return digest.hexdigest()
 
 
 def commit_patch(repo: git.Repo, loaded: LoadedPatch, tree: str, parent: str, pin: str) -> str:

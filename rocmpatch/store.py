@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import git
 
@@ -90,6 +90,29 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
             shutil.rmtree(building, ignore_errors=True)
             raise
     return gitcmd.open_repo(path)
+
+
+def series_head(cache: git.Repo, key: str, patched_tree: str, compute: Callable[[git.Repo], str]) -> str | None:
+    """The commit of the pin plus a series, kept in the pin's cache entry under
+    refs/rocmpatch/series/<key>: `compute(cache)` makes it (writing into the cache) only the first
+    time, under the entry's lock, and later new targets copy it with the pin (see
+    gitcmd.copy_objects). `key` names everything the commits depend on (history.series_key); a kept
+    head whose tree is not `patched_tree` is made again. None when the entry is not writable."""
+    path = gitcmd.git_dir(cache)
+    ref = f"refs/rocmpatch/series/{key}"
+    head = gitcmd.resolve_commit(cache, ref)
+    if head is not None and gitcmd.tree_of(cache, head) == patched_tree:
+        return head
+    if not os.access(path / "objects", os.W_OK | os.X_OK) or not os.access(path / "refs", os.W_OK | os.X_OK):
+        return None
+    with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the cache entry {path}"):
+        head = gitcmd.resolve_commit(cache, ref)  # another process may have made it while we waited
+        if head is None or gitcmd.tree_of(cache, head) != patched_tree:
+            head = compute(cache)
+            # Packed, so a target copies a few files rather than every new blob and tree.
+            gitcmd.run(cache, "repack", "-q", "-d")
+            gitcmd.update_ref(cache, ref, head, message="rocmpatch: the pin plus a series")
+    return head
 
 
 @contextlib.contextmanager

@@ -236,14 +236,15 @@ def _left_by_move(repo: git.Repo, path: str, now: gitcmd.Entry | None, old: gitc
     return gitcmd.read_blob(repo, new.sha).startswith(written)  # cut short while being written
 
 
-def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str) -> git.Repo:
-    """A fresh checkout of `commit` in directory, fetched shallowly from the local cache."""
+def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str, *, message: str = "rocmpatch: the pinned upstream commit") -> git.Repo:
+    """A fresh checkout of `commit` (the pin, or the pin plus the series kept in the cache) in
+    directory, with the cache entry's objects: shallow at the pin, like the cache."""
     # The lock's url becomes remote.upstream.url: as strict as --upstream-url, even when a warm
     # cache means it is never fetched from.
     gitcmd.check_url(upstream_url, source="upstream.lock url")
     repo = gitcmd.init_repo(directory)
-    gitcmd.fetch_commit(repo, str(gitcmd.git_dir(cache)), commit, depth=1)
-    gitcmd.update_ref(repo, "HEAD", commit, message="rocmpatch: the pinned upstream commit")
+    gitcmd.copy_objects(cache, repo)
+    gitcmd.update_ref(repo, "HEAD", commit, message=message)
     gitcmd.force_tree(repo, gitcmd.tree_of(repo, commit))
     gitcmd.run(repo, "remote", "add", "--", "upstream", upstream_url)
     return repo

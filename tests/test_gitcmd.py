@@ -46,3 +46,19 @@ def test_worktree_snapshot_and_dirty_paths(upstream):
     snapshot = gitcmd.list_tree(repo, gitcmd.worktree_tree(repo))
     assert "untracked.txt" in snapshot
     assert gitcmd.hash_files(repo, ["pkg/a.py", "gone"]) == {"pkg/a.py": snapshot["pkg/a.py"].sha, "gone": None}
+
+
+def test_copy_objects_gives_a_shallow_cache_to_a_new_repository(upstream, tmp_path):
+    """Loose objects and packs, and the shallow list: what `git clone --local` would copy."""
+    from rocmpatch import store
+    from tests.test_store import pin
+
+    cache = store.cached_repo(pin(upstream))  # one pack from the shallow fetch
+    loose_tree = gitcmd.write_tree(cache, upstream.tree, {"pkg/new.py": b"loose\n"})
+    new = gitcmd.init_repo(tmp_path / "new")
+    gitcmd.copy_objects(cache, new)
+    gitcmd.copy_objects(cache, new)  # again: the same files are there already
+    assert gitcmd.tree_of(new, upstream.commit) == upstream.tree
+    assert gitcmd.list_tree(new, loose_tree)["pkg/new.py"].sha
+    assert (tmp_path / "new/.git/shallow").read_text().split() == [upstream.commit]
+    gitcmd.run(new, "fsck", "--connectivity-only", "--no-dangling", upstream.commit)

@@ -58,3 +58,31 @@ def test_file_lock_busy(tmp_path):
         holder.wait()
     with files.file_lock(path, wait=0.2, what="x"):
         pass
+
+
+def test_series_head_is_made_once_then_kept(upstream):
+    cache = store.cached_repo(pin(upstream))
+    made = []
+
+    def compute(repo):
+        made.append(1)
+        return upstream.commit
+
+    assert store.series_head(cache, "k1", upstream.tree, compute) == upstream.commit
+    assert store.series_head(cache, "k1", upstream.tree, compute) == upstream.commit
+    assert len(made) == 1
+    assert store.series_head(cache, "k2", upstream.tree, compute) == upstream.commit  # another series
+    assert len(made) == 2
+
+
+def test_kept_series_head_with_another_tree_is_made_again(upstream):
+    cache = store.cached_repo(pin(upstream))
+    made = []
+
+    def compute(repo):
+        made.append(1)
+        return upstream.commit
+
+    store.series_head(cache, "k", upstream.tree, compute)
+    store.series_head(cache, "k", "0" * 40, compute)  # e.g. a cache entry edited by hand
+    assert len(made) == 2

@@ -5,7 +5,7 @@ checked or compared without touching a working tree. Failures become RocmpatchEr
 with one clear line.
 
 Callers use `from rocmpatch import gitcmd` (or `from rocmpatch.gitcmd import X`); the modules:
-core (running git, errors), transport (URLs, fetching), objects (blobs, trees), commits,
+core (running git, errors), transport (URLs, fetching, copying objects), objects (blobs, trees), commits,
 working_tree (status, moving between trees), history_walk (drift) and merge (rebase).
 """
 
@@ -61,7 +61,7 @@ from rocmpatch.gitcmd.objects import (
     write_blob,
     write_tree,
 )
-from rocmpatch.gitcmd.transport import check_url, fetch_commit, fetch_ref, local_path_of
+from rocmpatch.gitcmd.transport import check_url, copy_objects, fetch_commit, fetch_ref, local_path_of
 from rocmpatch.gitcmd.working_tree import (
     changed_paths,
     diff_trees,
@@ -81,7 +81,7 @@ __all__ = [
     "GITLINK_MODE", "REGULAR_MODE", "SYMLINK_MODE",
     "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "TreeReader",
     "add_worktree", "changed_paths", "check_url", "commit_date", "commit_info", "commit_links",
-    "commit_tree", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
+    "commit_tree", "copy_objects", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
     "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "init_borrowing_repo",
     "init_repo", "is_ancestor", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree",
     "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git",

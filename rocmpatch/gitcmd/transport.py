@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,6 +51,45 @@ def fetch_commit(repo: git.Repo, url: str, commit: str, *, depth: int | None = 1
         else:
             process = repo.git.execute(["git", *args], as_process=True)
             _stream_progress(process, progress)
+
+
+def copy_objects(source: git.Repo, destination: git.Repo) -> None:
+    """Give `destination` every object of `source` (and its list of shallow commits), as files:
+    hard links where the file system allows, else copies. What `git clone --local` does, which
+    git refuses for a shallow source; a new target from the cache costs no pack negotiation.
+
+    Safe while another process packs `source` (`repack -d` writes the new pack before it deletes
+    the loose objects in it): loose objects are taken first, a vanished one is skipped, then the
+    packs whose index is complete."""
+    source_objects, destination_objects = Path(source.git_dir) / "objects", Path(destination.git_dir) / "objects"
+    for fan_out in sorted(source_objects.glob("[0-9a-f][0-9a-f]")):
+        for loose in fan_out.iterdir():
+            _link_or_copy(loose, destination_objects / fan_out.name / loose.name)
+    for index in sorted((source_objects / "pack").glob("pack-*.idx")):
+        for part in sorted(index.parent.glob(f"{index.stem}.*")):
+            if part.suffix in (".pack", ".rev"):
+                _link_or_copy(part, destination_objects / "pack" / part.name)
+        _link_or_copy(index, destination_objects / "pack" / index.name)  # last: git then sees a whole pack
+    shallow = Path(source.git_dir) / "shallow"
+    if shallow.exists():
+        (Path(destination.git_dir) / "shallow").write_bytes(shallow.read_bytes())
+
+
+def _link_or_copy(source: Path, destination: Path) -> None:
+    destination.parent.mkdir(exist_ok=True)
+    try:
+        try:
+            os.link(source, destination)
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except OSError:  # another file system, or a file we may read but not link (fs.protected_hardlinks)
+            shutil.copyfile(source, destination)
+    except FileExistsError:
+        pass  # objects are named by their content: the same file
+    except FileNotFoundError:
+        if source.parent.name == "pack":
+            raise
+        # else a loose object just packed (see copy_objects)
 
 
 def _stream_progress(process, progress) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import git
 
 from rocmpatch import gitcmd, history, store, target
+from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
 from rocmpatch.errors import InvalidInput, TargetRefused
 from rocmpatch.schema import Lock
@@ -70,14 +71,19 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
             steps = _planned_steps(scratch, loaded, lock, loaded.patches, lock.upstream.tree)
         result.applied = [s.patch.name for s in steps]
         return result
+    series_head = _kept_series_head(cache, loaded, lock)
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(directory)
     # The owner's pid in the name tells a later run whether this is a leftover of a dead process.
     building = Path(tempfile.mkdtemp(prefix=f".{directory.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX, dir=directory.parent))
     try:
         os.chmod(building, 0o777 & ~_umask())  # mkdtemp made it 0700; a checkout gets the umask's mode
-        repo = target.materialize(building, cache, lock.upstream.commit, lock.upstream.url)
-        _apply_existing(repo, loaded, lock, result)
+        if series_head is not None:
+            repo = target.materialize(building, cache, series_head, lock.upstream.url, message="rocmpatch apply: the pin plus the series")
+            result.applied, result.head = [p.name for p in loaded.patches], series_head
+        else:
+            repo = target.materialize(building, cache, lock.upstream.commit, lock.upstream.url)
+            _apply_existing(repo, loaded, lock, result)
         repo.close()
         try:
             os.rename(building, directory)  # atomic; replaces an empty directory, fails on a non-empty one
@@ -88,6 +94,23 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
         shutil.rmtree(building, ignore_errors=True)
     result.target = directory
     return result
+
+
+def _kept_series_head(cache: git.Repo, loaded: LoadedSeries, lock: Lock) -> str | None:
+    """The pin plus the whole series as commits in the cache (made by the first new target, reused
+    by every later one); None, said on stderr, when the cache cannot be written."""
+    pin = lock.upstream.commit
+
+    def commit_series(repo: git.Repo) -> str:
+        head = pin
+        for step in _planned_steps(repo, loaded, lock, loaded.patches, lock.upstream.tree):
+            head = history.commit_patch(repo, step.patch, step.tree, head, pin)
+        return head
+
+    head = store.series_head(cache, history.series_key(loaded.patches, pin), lock.patched_tree, commit_series)
+    if head is None:
+        note(f"the cache entry {gitcmd.git_dir(cache)} is not writable: the series is applied in the new target instead (slower each time)")
+    return head
 
 
 def _done(directory, head: str | None) -> None:

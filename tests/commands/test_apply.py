@@ -34,6 +34,42 @@ def test_commit_ids_are_reproducible(cli, tmp_path):
     assert len(heads) == 1
 
 
+def test_later_new_targets_take_the_series_kept_in_the_cache(cli, project, tmp_path):
+    """The first new target commits the series into the cache; later ones copy it from there (no
+    patch is applied again) and get the same commits."""
+    from rocmpatch import series, store
+
+    assert cli("apply", "--target", str(tmp_path / "one")).exit_code == 0
+    loaded = series.load(project)
+    lock = loaded.locked()
+    cache = store.cached_repo(lock.upstream)
+    kept = gitcmd.resolve_commit(cache, f"refs/rocmpatch/series/{history.series_key(loaded.patches, lock.upstream.commit)}")
+    assert kept == gitcmd.head_commit(gitcmd.open_repo(tmp_path / "one"))
+    result = cli("apply", "--target", str(tmp_path / "two"))
+    assert result.exit_code == 0, result.stderr
+    assert "applied          second-fix" in result.stdout
+    two = gitcmd.open_repo(tmp_path / "two")
+    assert gitcmd.head_commit(two) == kept
+    assert [a.name for a in history.read(two).applied] == ["first-fix", "second-fix"]
+    assert gitcmd.dirty_paths(two) == []
+    assert cli("verify", "--target", str(tmp_path / "two")).exit_code == 0
+
+
+def test_unwritable_cache_applies_in_the_target_and_says_so(cli, monkeypatch, tmp_path):
+    import os
+
+    from rocmpatch import store
+
+    cache_root = str(store.cache_dir())
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).startswith(cache_root) and mode & os.W_OK else real_access(path, mode, **kw))
+    result = cli("apply", "--target", str(tmp_path / "t"))
+    assert result.exit_code == 0, result.stderr
+    assert "is not writable: the series is applied in the new target instead" in result.stderr
+    assert "applied          second-fix" in result.stdout
+    assert cli("verify", "--target", str(tmp_path / "t")).exit_code == 0
+
+
 def test_rerun_is_a_noop(cli, tmp_path):
     target = tmp_path / "t"
     cli("apply", "--target", str(target))
