@@ -1,4 +1,4 @@
-"""The two Rich consoles: results on stdout, messages and progress on stderr.
+"""The two consoles: results on stdout, messages and progress on stderr (Rich, made on first use).
 
 Both write to whatever sys.stdout / sys.stderr are at the moment of writing, so tests that
 capture those (CliRunner, capsys) see everything.
@@ -10,10 +10,36 @@ import json
 import sys
 from typing import Any
 
-from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+class LazyConsole:
+    """A Rich Console made on first use of anything but plain text: `print(text, markup=False)`
+    writes the text and a newline, which is what Rich would write for it (highlighting off,
+    no wrapping), without importing Rich, ~40 ms of a command that must answer in 0.3 s.
+    Use `.rich` where a Console object is needed (Progress, Live)."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console = None
+
+    @property
+    def rich(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True, emoji=False)
+        return self._console
+
+    def print(self, *objects: Any, markup: bool | None = None, **options: Any) -> None:
+        if markup is False and not options and all(isinstance(o, str) for o in objects):
+            stream = sys.stderr if self._stderr else sys.stdout
+            stream.write(" ".join(objects) + "\n")
+            stream.flush()
+            return
+        self.rich.print(*objects, markup=markup, **options)
+
+
+out = LazyConsole()
+err = LazyConsole(stderr=True)
 
 
 def emit_json(data: Any) -> None:

@@ -148,7 +148,7 @@ def _progress(title: str):
     from rocmpatch.console import err
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=err, transient=True) as progress:
+                  TimeElapsedColumn(), console=err.rich, transient=True) as progress:
         err.print(title, markup=False)
         task = progress.add_task("connecting", total=100)
 
