@@ -72,6 +72,7 @@ from rocmpatch.gitcmd.working_tree import (
     head_commit,
     move_tree,
     snapshot_entries,
+    snapshot_tree,
     update_ref,
     worktree_entries,
     worktree_tree,
@@ -86,6 +87,6 @@ __all__ = [
     "init_repo", "is_ancestor", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree",
     "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git",
     "require_commit",
-    "resolve_commit", "run", "run_bytes", "scrub_git_environment", "snapshot_entries", "tree_of", "update_ref", "worktree_entries", "worktree_tree",
+    "resolve_commit", "run", "run_bytes", "scrub_git_environment", "snapshot_entries", "snapshot_tree", "tree_of", "update_ref", "worktree_entries", "worktree_tree",
     "write_blob", "write_tree",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import git
 
@@ -142,6 +144,22 @@ def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, 
     that hides changes (assume-unchanged, skip-worktree), and with the configuration that weakens
     the stat check (core.fileMode=false, core.trustctime=false, ...) overridden. Otherwise every
     file is hashed."""
+    with _snapshot_index(repo, leave_out) as env:
+        out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
+    return parse_entries(out, sha_field=1)
+
+
+def snapshot_tree(repo: git.Repo) -> str:
+    """The tree id of the working tree as snapshot_entries sees it: one id to compare, when the
+    question is only "is it exactly this tree?". Raises when git cannot record a path (a nested
+    repository without commits)."""
+    with _snapshot_index(repo, ()) as env:
+        return run_bytes(repo, "write-tree", env=env).decode().strip()
+
+
+@contextlib.contextmanager
+def _snapshot_index(repo: git.Repo, leave_out) -> Iterator[dict[str, str]]:
+    """The environment of a temporary index holding the working tree (see snapshot_entries)."""
     with tempfile.TemporaryDirectory(prefix="rocmpatch-snapshot-") as scratch:
         objects = Path(scratch) / "objects"
         objects.mkdir()
@@ -152,8 +170,7 @@ def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, 
             run_bytes(repo, "read-tree", "HEAD", env=env)
         excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
         run_bytes(repo, *_HONEST_STAT, "add", "-A", "--", ".", *excluded, env=env)
-        out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
-    return parse_entries(out, sha_field=1)
+        yield env
 
 
 def _seed_index(repo: git.Repo, index: Path, env: dict[str, str]) -> bool:

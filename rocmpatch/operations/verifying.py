@@ -4,9 +4,9 @@ Compared is what git compares: content, mode (executable or not) and type (file,
 nested repository) of every path. The working tree is hashed whole into a temporary index and
 object directory (`git add -A`; the target is not written), so neither the target's index nor its
 flags (assume-unchanged, skip-worktree) nor its configuration (core.fileMode=false, an fsmonitor)
-can hide a change: HEAD's tree equal to the lock's patched_tree, and the working tree to HEAD's,
-is the answer yes. Otherwise paths are compared
-entry by entry, to say for each what happened to it.
+can hide a change: HEAD's tree equal to the lock's patched_tree, and the working tree's tree id to
+HEAD's, is the answer yes. Otherwise paths are compared entry by entry, to say for each what
+happened to it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmpatch import gitcmd, history, store, target
+from rocmpatch.errors import RocmpatchError
 from rocmpatch.series import LoadedSeries
 from rocmpatch.trees import patch_trees, touched_by
 
@@ -74,12 +75,12 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
         pin_tree = gitcmd.tree_of(repo, pin)
         if pin_tree != lock.upstream.tree:
             report.lock_problems.append(f"{loaded.location.lock_path}: upstream.tree is {lock.upstream.tree}, but commit {pin} has tree {pin_tree}")
+    if head_tree == lock.patched_tree and report.ok and _worktree_is(repo, head_tree):
+        return report
     # Untracked nested repositories ("?? dir/") cannot be hashed into a tree: reported as added.
     nested = [path for code, path in gitcmd.dirty_paths(repo) if code == "??" and path.endswith("/")]
     now_entries = gitcmd.snapshot_entries(repo, leave_out=nested)
     actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
-    if head_tree == lock.patched_tree and now_entries == actual and not nested and report.ok:
-        return report
     # Trees computed here go to a scratch repository: neither the target nor the cache is written.
     source = repo if gitcmd.has_object(repo, pin_tree) else store.cached_repo(lock.upstream, url_override)
     with store.scratch_over(source) as scratch:
@@ -98,6 +99,16 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
         report.differences.append(Difference(path, kind, touched.get(path, [])))
     report.differences += [Difference(path.rstrip("/"), ADDED) for path in nested]
     return report
+
+
+def _worktree_is(repo, tree: str) -> bool:
+    """The quick answer for the common case: the working tree, snapshot whole, has exactly this
+    tree id (a nested repository is recorded as a gitlink, so it differs; one without commits
+    cannot be recorded: then the caller looks path by path)."""
+    try:
+        return gitcmd.snapshot_tree(repo) == tree
+    except RocmpatchError:
+        return False
 
 
 def _kind(path: str, now: gitcmd.Entry | None, want: gitcmd.Entry | None, pin: dict[str, gitcmd.Entry], touched: dict[str, list[str]], *, edited_here: bool) -> str:

@@ -34,6 +34,24 @@ def test_each_difference_named_with_its_kind(cli, tmp_path):
     assert "data, checkpoints or logs" in text and ".git/info/exclude" in text, text
 
 
+def test_untracked_nested_repositories_are_added_with_or_without_commits(cli, tmp_path):
+    import subprocess
+
+    target = applied(cli, tmp_path)
+    empty, committed = target / "vendor/empty", target / "vendor/full"
+    for nested in (empty, committed):
+        subprocess.run(["git", "init", "-q", str(nested)], check=True)
+        (nested / "code.py").write_text("x\n")
+    subprocess.run(["git", "-C", str(committed), "add", "code.py"], check=True)
+    subprocess.run(["git", "-C", str(committed), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "x"], check=True)
+    for present in ((empty, committed), (committed,)):
+        result = cli("verify", "--target", str(target), "--json")
+        assert result.exit_code == ExitCode.CHECK_FAILED, result.stdout
+        kinds = {d["path"]: d["kind"] for d in json.loads(result.stdout)["differences"]}
+        assert kinds == {str(p.relative_to(target)): "added" for p in present}
+        subprocess.run(["rm", "-rf", str(empty)], check=True)
+
+
 def test_ignored_build_products_are_not_differences(cli, tmp_path):
     target = applied(cli, tmp_path)
     (target / ".git/info/exclude").write_text("data/\n")
