@@ -53,7 +53,7 @@ def test_unparsable(text):
 
 
 def test_no_newline_at_end_of_file_is_honoured():
-    """git's "\\ No newline at end of file" marks the line before it (unidiff numbers it None)."""
+    """git's "\\ No newline at end of file" marks the line before it."""
     text = ("diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n"
             "\\ No newline at end of file\n")
     patch = parse_patch(text, name="nl", source="nl.patch")
