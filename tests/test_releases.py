@@ -11,6 +11,7 @@ from rocmpatch import gitcmd, releases
 from rocmpatch.operations import locking
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, UsageError
+from rocmpatch.schema import load_release_info
 from tests.fixtures import DEFAULT_PATCHES, location_of, lock_of, patch_texts, write_lock, write_series
 from tests.upstream_history import make_history, write_project
 
@@ -115,12 +116,18 @@ def test_rebase_into_a_new_release_leaves_the_old_one(tmp_path):
     write_project(history, tmp_path / "project", "https://example.invalid/upstream.git")
     gitcmd.run(history.project, "init", "-q")
     old = location_of(history.series_dir)
+    (old.series_dir / "release.yaml").write_text(
+        "validated:\n- platform: cpu\n  date: '2026-11-23'\n  hardware: test box\n  what: tests\n"
+        "# the profile\nsmoke:\n  imports:\n    core: [pkg]\n")
     before = {p.name: p.read_bytes() for p in old.series_dir.iterdir()}
     common = ["--series-dir", str(history.series_dir), "--upstream-url", str(history.repo)]
     result = invoke("rebase", "--onto", history.commits["m2"], "--into", "test_v2", *common)
     assert result.exit_code == 0, result.output
     assert {p.name: p.read_bytes() for p in old.series_dir.iterdir()} == before
     new = location_of(old.patchsets.root / "test_v2")
+    carried = load_release_info(new.series_dir)  # the smoke profile comes along; no validation does
+    assert carried.smoke == {"imports": {"core": ["pkg"]}} and carried.validated == ()
+    assert "# the profile" in (new.series_dir / "release.yaml").read_text()
     assert lock_of(new).upstream.commit == history.commits["m2"]
     assert lock_of(old).upstream.commit == history.pin
     assert invoke("check", "--series-dir", str(old.patchsets.root), "--upstream-url", str(history.repo)).exit_code == 0

@@ -40,7 +40,7 @@ from rocmpatch.errors import (
 )
 from rocmpatch.files import replace_file
 from rocmpatch.gitcmd import Identity
-from rocmpatch.schema import SERIES_FILE, YAML_LOADER, Series
+from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, YAML_LOADER, Series
 from rocmpatch.series import LoadedPatch, LoadedSeries, Location, loaded_patch
 from rocmpatch.trees import SeriesApplier
 
@@ -310,8 +310,31 @@ def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
         for patch in loaded.patches:
             if patch.name in dropped:
                 patch.path.unlink()
+    elif (loaded.location.series_dir / RELEASE_FILE).is_file():
+        old_info = (loaded.location.series_dir / RELEASE_FILE).read_text(encoding="utf-8")
+        replace_file(destination.series_dir / RELEASE_FILE, carried_release_info(old_info, loaded.location.release).encode("utf-8"))
     locking.write(destination, new_lock)
     return destination
+
+
+def carried_release_info(text: str, source_release: str) -> str:
+    """release.yaml for a release started from `source_release`: its smoke profile (and comments)
+    kept, since the new tree most likely runs the same checks, but no `validated:` record: nothing
+    has run on the new tree yet."""
+    replacement = (f"# Started from {source_release} by 'rocmpatch rebase --into': the smoke profile below is carried\n"
+                   "# over (check it against this tree's layout); nothing has been validated on this tree yet.\n"
+                   "validated: []\n")
+    root = yaml.compose(text, Loader=YAML_LOADER)
+    lines = text.splitlines(keepends=True)
+    for index, (key, value) in enumerate(root.value if root is not None and isinstance(root.value, list) else []):
+        if key.value != "validated":
+            continue
+        pairs = root.value
+        end = pairs[index + 1][0].start_mark.line if index + 1 < len(pairs) else value.end_mark.line + (value.end_mark.column > 0)
+        while end - 1 > key.start_mark.line and lines[end - 1].strip()[:1] in ("#", ""):
+            end -= 1  # comments before the next key belong to it
+        return "".join(lines[:key.start_mark.line]) + replacement + "".join(lines[end:])
+    return replacement + text
 
 
 def without_entries(text: str, names: set[str]) -> str:
