@@ -1,16 +1,17 @@
 """The only package that runs git.
 
-It works on git objects (blobs, trees, commits) through GitPython, so a patch can be applied,
-checked or compared without touching a working tree. Failures become RocmpatchError subclasses
-with one clear line.
+It runs git as a subprocess (core.py starts every one) and works on git objects (blobs, trees,
+commits), so a patch can be applied, checked or compared without touching a working tree.
+Failures become RocmpatchError subclasses with one clear line.
 
 Callers use `from rocmpatch import gitcmd` (or `from rocmpatch.gitcmd import X`); the modules:
-core (running git, errors), transport (URLs, fetching, copying objects), objects (blobs, trees), commits,
+core (Repo, running git, errors), transport (URLs, fetching, copying objects), objects (blobs, trees), commits,
 working_tree (status, moving between trees), history_walk (drift) and merge (rebase).
 """
 
-# core first: it sets up the environment before GitPython is imported.
+# core first: it sets up the environment every git process gets.
 from rocmpatch.gitcmd.core import (
+    Repo,
     init_repo,
     open_repo,
     require_git,
@@ -80,7 +81,7 @@ from rocmpatch.gitcmd.working_tree import (
 
 __all__ = [
     "GITLINK_MODE", "REGULAR_MODE", "SYMLINK_MODE",
-    "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "TreeReader",
+    "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "Repo", "TreeReader",
     "add_worktree", "changed_paths", "check_url", "commit_date", "commit_info", "commit_links",
     "commit_tree", "copy_objects", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
     "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "init_borrowing_repo",

@@ -1,26 +1,24 @@
 """Running git: the scrubbed environment, opening and creating repositories, running a command,
-looking up commits, and turning git's failures into RocmpatchError subclasses with one clear line."""
+looking up objects, and turning git's failures into RocmpatchError subclasses with one clear line.
+
+git runs as a subprocess started here, and nowhere else: no git library (importing GitPython
+alone cost a read-only command ~60 ms). A Repo is where a repository is, plus one long-lived
+`git cat-file --batch` through which its objects are read."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
-
-import git  # GitPython; rocmpatch/__init__.py keeps it importable when git is missing
-from git.exc import (
-    BadName,
-    GitCommandError,
-    GitCommandNotFound,
-    InvalidGitRepositoryError,
-    NoSuchPathError,
-)
+from typing import Sequence
 
 from rocmpatch.errors import EnvironmentProblem, TargetRefused, UpstreamError
 
 # Variables a parent git process (a hook, `git rebase -x`) leaves behind would point our git
-# calls at the wrong repository. Credentials and transport settings are kept.
+# calls at the wrong repository. Credentials and transport settings are kept (and GitPython's
+# own settings, which git ignores, for the user's other tools).
 _KEPT_GIT_VARIABLES = {
     "GIT_ASKPASS", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
     "GIT_TERMINAL_PROMPT", "GIT_PYTHON_REFRESH", "GIT_PYTHON_GIT_EXECUTABLE", "GIT_HTTP_PROXY_AUTHMETHOD",
@@ -38,7 +36,7 @@ scrub_git_environment()
 
 # A target may be an untrusted checkout (verify is what a CI runs on one): no git call of ours
 # may run a program its configuration or attributes name. These settings go to every git
-# process (GitPython's too) through the environment; programs named in a repository's config
+# process through the environment; programs named in a repository's config
 # (filter/diff/merge drivers, ssh and credential helpers, ...) are emptied per call, see
 # _repo_overrides. Fetches (transport.py) keep the user's own ssh and credential settings.
 SAFE_CONFIG: tuple[tuple[str, str], ...] = (
@@ -74,6 +72,114 @@ os.environ.update(_config_environment())
 _REPO_OVERRIDES: dict[str, list[tuple[str, str]]] = {}
 
 
+# git's messages in English: the one-line errors quote them, open_repo recognises one.
+_LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
+_OBJECT_TYPES = (b"blob", b"tree", b"commit", b"tag")
+_OBJECT_ID = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+class GitFailed(Exception):
+    """A git command that exited non-zero; gitcmd's callers get it as UpstreamError (`one_line`)."""
+
+    def __init__(self, args: Sequence[str], status: int, stderr: bytes | str) -> None:
+        super().__init__(f"git {_subcommand(args)} exited with status {status}")
+        self.command, self.status, self.stderr = list(args), status, stderr
+
+    def one_line(self) -> UpstreamError:
+        return UpstreamError(f"git {_subcommand(self.command)} failed: {_last_line(self.stderr)}")
+
+
+class Repo:
+    """A repository as open_repo or init_repo found it: its git directory, object directory and
+    the top of its working tree (None when it has none: bare, or opened at its git directory).
+    git runs at the top of the working tree, else inside the git directory.
+
+    Objects are read through one `git cat-file --batch` per Repo, started on first use and ended
+    by close() (or when the Repo is dropped), so reading many blobs or commits starts no process each."""
+
+    def __init__(self, git_dir: str, working_tree_dir: str | None, objects_dir: str) -> None:
+        self.git_dir = git_dir
+        self.working_tree_dir = working_tree_dir
+        self.objects_dir = objects_dir
+        self._batch: subprocess.Popen | None = None
+        self._batch_errors = None  # the batch's stderr, a temporary file
+
+    @property
+    def bare(self) -> bool:
+        return self.working_tree_dir is None
+
+    @property
+    def cwd(self) -> str:
+        return self.working_tree_dir or self.git_dir
+
+    def __repr__(self) -> str:
+        return f"Repo({self.cwd!r})"
+
+    def read_object(self, name: str) -> tuple[str, str, bytes] | None:
+        """(id, type, content) of the object `name` names (an id, a ref, `rev^{tree}`: what git's
+        revision syntax takes), or None when it names none (unknown, ambiguous or malformed)."""
+        if not name or any(char in name for char in "\n\r\0"):
+            return None  # one request per line
+        batch = self._cat_file()
+        try:
+            batch.stdin.write(name.encode("utf-8", "surrogateescape") + b"\n")
+            batch.stdin.flush()
+            header = batch.stdout.readline()
+        except OSError:
+            header = b""
+        if not header.endswith(b"\n"):
+            raise self._batch_failed()
+        fields = header[:-1].split(b" ")  # "<id> <type> <size>", else "<name> missing" / "<name> ambiguous"
+        if len(fields) != 3 or not _OBJECT_ID.fullmatch(fields[0]) or fields[1] not in _OBJECT_TYPES or not fields[2].isdigit():
+            return None
+        size = int(fields[2])
+        data = batch.stdout.read(size + 1)  # the content and a newline
+        if len(data) != size + 1:
+            raise self._batch_failed()
+        return fields[0].decode(), fields[1].decode(), data[:size]
+
+    def _cat_file(self) -> subprocess.Popen:
+        if self._batch is None:
+            self._batch_errors = tempfile.TemporaryFile()
+            try:
+                self._batch = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.cwd, env=_environment(self.cwd),
+                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._batch_errors)
+            except OSError as exc:
+                self.close()
+                raise _not_started(exc, self.cwd, ["cat-file"]) from None
+        return self._batch
+
+    def _batch_failed(self) -> UpstreamError:
+        errors = b""
+        if self._batch_errors is not None:
+            self._batch_errors.seek(0)
+            errors = self._batch_errors.read()
+        self.close()
+        fatal = [line for line in errors.decode("utf-8", "replace").splitlines() if line.startswith("fatal:")]
+        return UpstreamError(f"git cat-file failed: {fatal[-1] if fatal else _last_line(errors)}")
+
+    def close(self) -> None:
+        """End the batch process (a later lookup starts a new one)."""
+        batch, self._batch = getattr(self, "_batch", None), None
+        errors, self._batch_errors = getattr(self, "_batch_errors", None), None
+        if batch is not None:
+            try:
+                batch.stdin.close()  # cat-file ends at the end of its input
+                batch.wait(timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                batch.kill()
+                batch.wait()
+            batch.stdout.close()
+        if errors is not None:
+            errors.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (interpreter shutdown)
+            pass
+
+
 def _mtime(path: Path) -> int:
     try:
         return path.stat().st_mtime_ns
@@ -81,16 +187,15 @@ def _mtime(path: Path) -> int:
         return 0
 
 
-def _repo_overrides(runner: git.Git) -> dict[str, str] | None:
+def _repo_overrides(where: str) -> dict[str, str] | None:
     """Environment emptying every program-naming key the repository's config sets (a filter's
     smudge, a diff driver's textconv, ...), or None when it sets none. Reading config runs nothing."""
-    where = str(runner.working_dir or "")
     stamp = where + "".join(f":{_mtime(Path(where, name))}" for name in (".git/config", "config"))
     if stamp not in _REPO_OVERRIDES:
         try:
-            listed = runner.execute(["git", "config", "-z", "--list"], stdout_as_string=False, strip_newline_in_stdout=False)
-        except (GitCommandError, GitCommandNotFound):
-            listed = b""
+            listed = _execute(where, ["config", "-z", "--list"], overrides=False).stdout
+        except (GitFailed, UpstreamError):
+            listed = b""  # the command itself says what is wrong
         keys = []
         for record in listed.split(b"\0"):
             key = record.split(b"\n", 1)[0].decode("utf-8", "surrogateescape")
@@ -101,65 +206,122 @@ def _repo_overrides(runner: git.Git) -> dict[str, str] | None:
     return _config_environment(extra) if extra else None
 
 
-def open_repo(path: Path) -> git.Repo:
+def _environment(where: str, env: dict[str, str] | None = None, *, overrides: bool = True) -> dict[str, str]:
+    """The environment of a git process running in `where`: ours (scrubbed, SAFE_CONFIG), English
+    messages, the repository's program-naming keys emptied (unless overrides=False), then `env`."""
+    return {**os.environ, **_LOCALE, **((_repo_overrides(where) or {}) if overrides else {}), **(env or {})}
+
+
+def _execute(where: str, args: Sequence[str], *, stdin: bytes | None = None, env: dict[str, str] | None = None,
+             overrides: bool = True, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `git args...` in the directory `where`; GitFailed when it fails (with check)."""
     try:
-        repo = git.Repo(path)
-    except (InvalidGitRepositoryError, NoSuchPathError):
-        raise TargetRefused(f"{path}: not a git repository", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet") from None
-    if not repo.bare and Path(repo.git_dir).resolve() == Path(path).resolve():
-        # A bare mirror without a config file (core.bare unset): GitPython takes its parent for a
-        # working tree and would run git there. Run git inside the repository itself instead.
-        repo._working_tree_dir = None
-        repo.git = git.Git(repo.git_dir)
-        repo.odb = git.GitCmdObjectDB(os.path.join(repo.git_dir, "objects"), repo.git)
-    return repo
+        done = subprocess.run(["git", *args], cwd=where, env=_environment(where, env, overrides=overrides), input=stdin,
+                              stdin=subprocess.DEVNULL if stdin is None else None, capture_output=True)
+    except OSError as exc:
+        raise _not_started(exc, where, args) from None
+    if check and done.returncode:
+        raise GitFailed(args, done.returncode, done.stderr)
+    return done
 
 
-def init_repo(path: Path, *, bare: bool = False) -> git.Repo:
-    return _guard(lambda: git.Repo.init(path, bare=bare, initial_branch="main"))
+def _not_started(exc: OSError, where: str, args: Sequence[str]) -> EnvironmentProblem | UpstreamError:
+    if exc.filename is not None and os.fspath(exc.filename) == os.fspath(where):  # chdir failed, not exec
+        return UpstreamError(f"git {_subcommand(args)} failed: {where}: {exc.strerror}")
+    return _git_missing()
 
 
-def run(repo: git.Repo | Path, *args: str, stdin: bytes | None = None) -> str:
+def _where(repo: Repo | Path) -> str:
+    return repo.cwd if isinstance(repo, Repo) else str(repo)
+
+
+def _not_a_repository(path: Path) -> TargetRefused:
+    return TargetRefused(f"{path}: not a git repository", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet")
+
+
+def open_repo(path: Path) -> Repo:
+    """The repository at `path`: the top of its working tree, or its git directory (a bare
+    repository, with or without a config file; git then runs inside it). A directory below the
+    top, or inside a git directory, is not one (no search upwards), as with GitPython before."""
+    where = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+    if not os.path.isdir(where):
+        raise _not_a_repository(path)
+    try:
+        out = _execute(where, ["rev-parse", "--absolute-git-dir", "--git-path", "objects", "--is-inside-work-tree", "--show-cdup"],
+                       overrides=False).stdout
+    except GitFailed as exc:
+        if "not a git repository" in _last_line(exc.stderr):
+            raise _not_a_repository(path) from None
+        raise exc.one_line() from None
+    # --show-cdup prints a line (empty at the top) only inside a working tree.
+    lines = out.decode("utf-8", "surrogateescape").split("\n")
+    git_dir, objects, inside = lines[0], lines[1], lines[2] == "true"
+    if inside:
+        if lines[3]:
+            raise _not_a_repository(path)  # below the top
+        dot_git = os.path.join(where, ".git")
+        if os.path.isdir(dot_git) and os.path.realpath(dot_git) == os.path.realpath(git_dir):
+            git_dir = dot_git  # the path as given (through a symlink, say), as GitPython had it
+        return Repo(git_dir, where, os.path.normpath(os.path.join(where, objects)))
+    if os.path.realpath(git_dir) != os.path.realpath(where):
+        raise _not_a_repository(path)  # inside a git directory, or a checkout whose core.worktree is elsewhere
+    return Repo(where, None, os.path.normpath(os.path.join(where, objects)))
+
+
+def init_repo(path: Path, *, bare: bool = False) -> Repo:
+    where = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+    os.makedirs(where, 0o755, exist_ok=True)
+    try:
+        _execute(where, ["init", *(["--bare"] if bare else []), "--initial-branch=main"], overrides=False)
+    except GitFailed as exc:
+        raise exc.one_line() from None
+    git_dir = where if bare else os.path.join(where, ".git")
+    return Repo(git_dir, None if bare else where, os.path.join(git_dir, "objects"))
+
+
+def run(repo: Repo | Path, *args: str, stdin: bytes | None = None) -> str:
     """Run `git args...` in repo; return stdout as text without the trailing newline."""
     return run_bytes(repo, *args, stdin=stdin).decode("utf-8", "surrogateescape").rstrip("\n")
 
 
-def run_bytes(repo: git.Repo | Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-    runner = repo.git if isinstance(repo, git.Repo) else git.Git(str(repo))
-    overrides = _repo_overrides(runner)
-    if overrides:
-        env = {**overrides, **(env or {})}
-    kwargs = {"stdout_as_string": False, "strip_newline_in_stdout": False, "env": env}
-    if stdin is not None:
-        return _guard(lambda: _run_with_input(runner, args, stdin, kwargs))
-    return _guard(lambda: runner.execute(["git", *args], **kwargs))
+def run_bytes(repo: Repo | Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+    """Run `git args...` in repo (a Repo, or a directory); return stdout. UpstreamError, in one
+    line, when git fails; EnvironmentProblem when there is no git."""
+    try:
+        return _execute(_where(repo), args, stdin=stdin, env=env).stdout
+    except GitFailed as exc:
+        raise exc.one_line() from None
 
 
-def _run_with_input(runner: git.Git, args: tuple[str, ...], stdin: bytes, kwargs: dict) -> bytes:
-    # GitPython wants a real file as stdin.
-    with tempfile.TemporaryFile() as handle:
-        handle.write(stdin)
-        handle.seek(0)
-        return runner.execute(["git", *args], istream=handle, **kwargs)
+def run_status(repo: Repo | Path, *args: str) -> tuple[int, bytes, bytes]:
+    """Run `git args...` in repo; (exit status, stdout, stderr), whatever the status."""
+    done = _execute(_where(repo), args, check=False)
+    return done.returncode, done.stdout, done.stderr
 
 
 def require_git() -> None:
     """Fail early, before anything is created, when git is not installed."""
     try:
-        git.Git().execute(["git", "--version"])
-    except GitCommandNotFound:
+        subprocess.run(["git", "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
         raise _git_missing() from None
 
 
-def resolve_commit(repo: git.Repo, rev: str) -> str | None:
-    """The full commit id `rev` names in repo, or None when it is not there."""
-    try:
-        return repo.commit(rev).hexsha
-    except (BadName, ValueError, GitCommandError):
-        return None
+def read_object(repo: Repo, name: str) -> tuple[str, str, bytes]:
+    """(id, type, content) of the object `name` names; UpstreamError when there is none."""
+    found = repo.read_object(name)
+    if found is None:
+        raise UpstreamError(f"git cat-file failed: fatal: Not a valid object name {name}")
+    return found
 
 
-def require_commit(repo: git.Repo, rev: str, *, where: str, hint: str) -> str:
+def resolve_commit(repo: Repo, rev: str) -> str | None:
+    """The full commit id `rev` names in repo, or None when it is not there (or is no commit)."""
+    found = repo.read_object(f"{rev}^{{commit}}")
+    return found[0] if found else None
+
+
+def require_commit(repo: Repo, rev: str, *, where: str, hint: str) -> str:
     """The full commit id `rev` names, or UpstreamError saying `where` lacks it."""
     commit = resolve_commit(repo, rev)
     if commit is None:
@@ -167,17 +329,16 @@ def require_commit(repo: git.Repo, rev: str, *, where: str, hint: str) -> str:
     return commit
 
 
-def tree_of(repo: git.Repo, commit: str) -> str:
-    return repo.commit(commit).tree.hexsha
+def tree_of(repo: Repo, commit: str) -> str:
+    return read_object(repo, f"{commit}^{{tree}}")[0]
 
 
-def _guard(action):
-    try:
-        return action()
-    except GitCommandNotFound:
-        raise _git_missing() from None
-    except GitCommandError as exc:
-        raise UpstreamError(f"git {exc.command[1] if len(exc.command) > 1 else ''} failed: {_last_line(exc.stderr)}") from None
+def _subcommand(args: Sequence[str]) -> str:
+    """The git subcommand among args, past `-c key=value` options."""
+    index = 0
+    while index < len(args) and args[index] == "-c":
+        index += 2
+    return args[index] if index < len(args) else ""
 
 
 def _git_missing() -> EnvironmentProblem:
@@ -187,7 +348,7 @@ def _git_missing() -> EnvironmentProblem:
 def _last_line(text: str | bytes | None) -> str:
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    lines = [line.strip().removeprefix("stderr: ").strip("'").strip() for line in (text or "").splitlines()]
+    lines = [line.strip() for line in (text or "").splitlines()]
     lines = [line for line in lines if line]
     # git's own diagnosis is on its "fatal:" / "error:" line; the lines after it are often hints.
     for line in lines:

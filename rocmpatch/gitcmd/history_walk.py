@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-import git
-
 from rocmpatch.errors import UpstreamError
-from rocmpatch.gitcmd.core import run, run_bytes
+from rocmpatch.gitcmd.core import Repo, run, run_bytes
 
 
 @dataclass(frozen=True)
@@ -26,14 +24,14 @@ class PathChange:
     sha: str | None  # None when the commit deletes the path
 
 
-def merge_base(repo: git.Repo, a: str, b: str) -> str | None:
+def merge_base(repo: Repo, a: str, b: str) -> str | None:
     try:
         return run(repo, "merge-base", a, b) or None
     except UpstreamError:
         return None  # unrelated histories
 
 
-def is_ancestor(repo: git.Repo, ancestor: str, descendant: str) -> bool:
+def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
     try:
         run(repo, "merge-base", "--is-ancestor", ancestor, descendant)
         return True
@@ -41,12 +39,12 @@ def is_ancestor(repo: git.Repo, ancestor: str, descendant: str) -> bool:
         return False
 
 
-def first_parent_line(repo: git.Repo, start: str, end: str) -> list[str]:
+def first_parent_line(repo: Repo, start: str, end: str) -> list[str]:
     """Commits on `end`'s first-parent line after `start`, oldest first."""
     return run(repo, "rev-list", "--first-parent", "--reverse", f"{start}..{end}").split()
 
 
-def commit_info(repo: git.Repo, rev: str) -> CommitInfo:
+def commit_info(repo: Repo, rev: str) -> CommitInfo:
     out = run(repo, "log", "-1", "--no-walk", "--format=%H%x00%P%x00%cI%x00%s", rev, "--")
     return _parse_commit_line(out)
 
@@ -56,7 +54,7 @@ def _parse_commit_line(line: str) -> CommitInfo:
     return CommitInfo(sha, parents.split()[0] if parents else None, date, subject)
 
 
-def path_history(repo: git.Repo, start: str, end: str, paths: Iterable[str]) -> list[tuple[CommitInfo, list[PathChange]]]:
+def path_history(repo: Repo, start: str, end: str, paths: Iterable[str]) -> list[tuple[CommitInfo, list[PathChange]]]:
     """The commits on `end`'s first-parent line after `start` that change any of `paths`, oldest
     first, each with what it changed there relative to its first parent (merges included)."""
     out = run_bytes(
@@ -88,7 +86,7 @@ class Rename:
     similarity: int | None
 
 
-def renames_between(repo: git.Repo, old: str, new: str, paths: Iterable[str]) -> dict[str, Rename]:
+def renames_between(repo: Repo, old: str, new: str, paths: Iterable[str]) -> dict[str, Rename]:
     """What became of `paths` between two commits, by git's rename detection (-M)."""
     wanted = set(paths)
     out = run_bytes(repo, "diff-tree", "-r", "-z", "-M", "-l0", "--no-commit-id", "--name-status", old, new)

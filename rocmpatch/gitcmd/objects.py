@@ -3,18 +3,17 @@ entries, without an index or a working tree."""
 
 from __future__ import annotations
 
-import io
+import contextlib
+import hashlib
+import os
+import re
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import git
-from git.exc import BadName, BadObject, GitCommandError
-from gitdb.base import IStream
-from gitdb.db.loose import LooseObjectDB
-
-from rocmpatch.gitcmd.core import _guard, run_bytes
+from rocmpatch.gitcmd.core import Repo, read_object, run_bytes
 
 SYMLINK_MODE = 0o120000
 GITLINK_MODE = 0o160000
@@ -30,9 +29,10 @@ class Entry:
 class TreeReader:
     """Files of one git tree, read straight from the object database (no working tree)."""
 
-    def __init__(self, repo: git.Repo, treeish: str) -> None:
+    def __init__(self, repo: Repo, treeish: str) -> None:
         self.repo = repo
-        self.tree = repo.commit(treeish).tree.hexsha if _is_commitish(repo, treeish) else treeish
+        tree = repo.read_object(f"{treeish}^{{tree}}")  # a commit's tree, or the tree itself
+        self.tree = tree[0] if tree else treeish
         self._entries: dict[str, Entry] | None = None
 
     @property
@@ -58,21 +58,47 @@ class TreeReader:
         return None
 
 
-def list_tree(repo: git.Repo, tree: str) -> dict[str, Entry]:
+def list_tree(repo: Repo, tree: str) -> dict[str, Entry]:
     return _ls_tree(repo, tree)
 
 
-def read_blob(repo: git.Repo, sha: str) -> bytes:
-    return _guard(lambda: repo.odb.stream(bytes.fromhex(sha)).read())
+def read_blob(repo: Repo, sha: str) -> bytes:
+    return read_object(repo, sha)[2]
 
 
-def write_blob(repo: git.Repo, data: bytes) -> str:
-    # gitdb's own loose-object writer (zlib, temporary file, rename), in this process: GitPython's
-    # GitCmdObjectDB.store starts a `git hash-object` per blob, ~20 ms each.
-    return _guard(lambda: LooseObjectDB.store(repo.odb, IStream("blob", len(data), io.BytesIO(data))).binsha.hex())
+def write_blob(repo: Repo, data: bytes) -> str:
+    return write_object(repo, "blob", data)
 
 
-def write_tree(repo: git.Repo, base_tree: str, changes: dict[str, bytes | None], modes: dict[str, int] | None = None) -> str:
+def write_object(repo: Repo, kind: str, data: bytes) -> str:
+    """Store a loose object, in this process (a `git hash-object -w` per blob costs a process
+    each): zlib-compressed into a temporary file beside its place, made read-only, renamed there."""
+    header = f"{kind} {len(data)}\0".encode("ascii")
+    digest = hashlib.sha1(header)
+    digest.update(data)
+    sha = digest.hexdigest()
+    directory = os.path.join(repo.objects_dir, sha[:2])
+    path = os.path.join(directory, sha[2:])
+    if os.path.exists(path):
+        return sha
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix="tmp_obj_", dir=directory)  # git's name: gc removes strays
+    try:
+        with os.fdopen(handle, "wb") as out:
+            compressor = zlib.compressobj(zlib.Z_BEST_SPEED)
+            out.write(compressor.compress(header))
+            out.write(compressor.compress(data))
+            out.write(compressor.flush())
+        os.chmod(temporary, 0o444)
+        os.rename(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return sha
+
+
+def write_tree(repo: Repo, base_tree: str, changes: dict[str, bytes | None], modes: dict[str, int] | None = None) -> str:
     """A new tree: base_tree with `changes` ({path: bytes, or None to delete}) written over it.
 
     Uses a temporary index file, so neither the repository's index nor any working tree changes.
@@ -96,12 +122,12 @@ def write_tree(repo: git.Repo, base_tree: str, changes: dict[str, bytes | None],
         return run_bytes(repo, "write-tree", env=env).decode().strip()
 
 
-def paths_at(repo: git.Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:
+def paths_at(repo: Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:
     """The entries of `paths` (files only, missing ones left out) in commit's tree."""
     return _ls_tree(repo, commit, "--", *paths)
 
 
-def _ls_tree(repo: git.Repo, treeish: str, *limit: str) -> dict[str, Entry]:
+def _ls_tree(repo: Repo, treeish: str, *limit: str) -> dict[str, Entry]:
     return parse_entries(run_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", treeish, *limit), sha_field=2)
 
 
@@ -117,17 +143,6 @@ def parse_entries(out: bytes, *, sha_field: int) -> dict[str, Entry]:
     return entries
 
 
-def has_object(repo: git.Repo, sha: str) -> bool:
-    # odb.has_object only looks at loose objects; info() asks git (packs included).
-    try:
-        repo.odb.info(bytes.fromhex(sha))
-        return True
-    except (ValueError, GitCommandError, BadName, BadObject):
-        return False
-
-
-def _is_commitish(repo: git.Repo, rev: str) -> bool:
-    try:
-        return repo.rev_parse(rev).type in ("commit", "tag")
-    except (BadName, ValueError):
-        return False
+def has_object(repo: Repo, sha: str) -> bool:
+    """Whether the object with this (hex) id is in repo, packed or loose."""
+    return re.fullmatch(r"[0-9a-fA-F]+", sha) is not None and repo.read_object(sha) is not None

@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
-import git
-from git.exc import GitCommandError, GitCommandNotFound
-
 from rocmpatch.errors import UpstreamError
-from rocmpatch.gitcmd.core import _git_missing, _last_line, run
+from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _execute, _last_line, _not_started, run
 
 _TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _ALLOWED_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
@@ -38,7 +36,7 @@ def local_path_of(url: str) -> Path | None:
     return Path(url)
 
 
-def fetch_commit(repo: git.Repo, url: str, commit: str, *, depth: int | None = 1, progress=None) -> None:
+def fetch_commit(repo: Repo, url: str, commit: str, *, depth: int | None = 1, progress=None) -> None:
     """Fetch exactly `commit` from url (shallow unless depth is None). Never runs a remote helper."""
     check_url(url)
     args = ["fetch", "--no-tags", "--no-write-fetch-head", "--quiet"] if progress is None else ["fetch", "--no-tags", "--no-write-fetch-head", "--progress"]
@@ -46,14 +44,14 @@ def fetch_commit(repo: git.Repo, url: str, commit: str, *, depth: int | None = 1
         args += ["--depth", str(depth)]
     args += ["--", url, commit]
     with _fetch_errors(commit, url, hint="check --upstream-url / ROCMPATCH_UPSTREAM_URL, or your network"):
+        # Not run_bytes: a fetch keeps the user's own ssh and credential settings (no overrides).
         if progress is None:
-            repo.git.execute(["git", *args])
+            _execute(repo.cwd, args, overrides=False)
         else:
-            process = repo.git.execute(["git", *args], as_process=True)
-            _stream_progress(process, progress)
+            _stream_progress(repo, args, progress)
 
 
-def copy_objects(source: git.Repo, destination: git.Repo) -> None:
+def copy_objects(source: Repo, destination: Repo) -> None:
     """Give `destination` every object of `source` (and its list of shallow commits), as files:
     hard links where the file system allows, else copies. What `git clone --local` does, which
     git refuses for a shallow source; a new target from the cache costs no pack negotiation.
@@ -92,41 +90,50 @@ def _link_or_copy(source: Path, destination: Path) -> None:
         # else a loose object just packed (see copy_objects)
 
 
-def _stream_progress(process, progress) -> None:
-    """Feed git's stderr progress lines ("Receiving objects:  45% (…)") to a callback."""
-    buffer = b""
+def _stream_progress(repo: Repo, args: list[str], progress) -> None:
+    """Run the fetch, feeding git's stderr progress lines ("Receiving objects:  45% (…)") to a callback."""
+    try:
+        process = subprocess.Popen(["git", *args], cwd=repo.cwd, env=_environment(repo.cwd, overrides=False),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise _not_started(exc, repo.cwd, args) from None
     stderr_lines: list[str] = []
-    while True:
-        chunk = process.stderr.read(256)
-        if not chunk:
-            break
-        buffer += chunk
-        *lines, buffer = re.split(rb"[\r\n]", buffer)
-        for line in lines:
-            text = line.decode("utf-8", "replace").strip()
-            if text:
-                stderr_lines.append(text)
-                progress(text)
-    process.stdout.read()
-    status = process.wait(stderr=b"\n".join(s.encode() for s in stderr_lines[-5:]))
+    finished = False
+    try:
+        buffer = b""
+        while True:
+            chunk = process.stderr.read(256)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = re.split(rb"[\r\n]", buffer)
+            for line in lines:
+                text = line.decode("utf-8", "replace").strip()
+                if text:
+                    stderr_lines.append(text)
+                    progress(text)
+        finished = True
+    finally:
+        if not finished:  # the callback raised, or Ctrl-C: git does not fetch on alone
+            process.kill()
+        status = process.wait()
+        process.stderr.close()
     if status:
-        raise GitCommandError("fetch", status, "\n".join(stderr_lines[-3:]))
+        raise GitFailed(args, status, "\n".join(stderr_lines[-5:]))
 
 
-def fetch_ref(repo: git.Repo, url: str, ref: str, local_ref: str) -> str:
+def fetch_ref(repo: Repo, url: str, ref: str, local_ref: str) -> str:
     """Fetch `ref` (branch, tag or commit id) from url with its full history into local_ref."""
     check_url(url)
     with _fetch_errors(ref, url, hint="check --ref / --range / --onto and --upstream-url"):
-        repo.git.execute(["git", "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", url, f"+{ref}:{local_ref}"])
+        _execute(repo.cwd, ["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", "--", url, f"+{ref}:{local_ref}"], overrides=False)
     return run(repo, "rev-parse", f"{local_ref}^{{commit}}")
 
 
 @contextmanager
 def _fetch_errors(what: str, url: str, *, hint: str):
-    """git missing, or a failed fetch, as one clear line."""
+    """A failed fetch as one clear line (a missing git is already one: EnvironmentProblem)."""
     try:
         yield
-    except GitCommandNotFound:
-        raise _git_missing() from None
-    except GitCommandError as exc:
+    except GitFailed as exc:
         raise UpstreamError(f"could not fetch {what} from {url}: {_last_line(exc.stderr)}", hint=hint) from None

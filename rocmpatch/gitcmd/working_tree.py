@@ -10,22 +10,20 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-import git
-
 from rocmpatch.errors import RocmpatchError
-from rocmpatch.gitcmd.core import resolve_commit, run, run_bytes
+from rocmpatch.gitcmd.core import Repo, resolve_commit, run, run_bytes
 from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry, parse_entries
 
 
-def head_commit(repo: git.Repo) -> str | None:
+def head_commit(repo: Repo) -> str | None:
     return resolve_commit(repo, "HEAD")
 
 
-def git_dir(repo: git.Repo) -> Path:
+def git_dir(repo: Repo) -> Path:
     return Path(repo.git_dir)
 
 
-def dirty_paths(repo: git.Repo) -> list[tuple[str, str]]:
+def dirty_paths(repo: Repo) -> list[tuple[str, str]]:
     """(status, path) for every path whose working tree or index differs from HEAD, untracked
     files included (ignored files are not)."""
     out = run_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none")
@@ -37,7 +35,7 @@ def dirty_paths(repo: git.Repo) -> list[tuple[str, str]]:
     return found
 
 
-def move_tree(repo: git.Repo, old_tree: str, new_tree: str) -> None:
+def move_tree(repo: Repo, old_tree: str, new_tree: str) -> None:
     """Update index and working tree from old_tree to new_tree, touching only files that differ.
 
     Two-tree `read-tree -m -u` refuses (changing nothing) when a file it must change has local edits.
@@ -45,18 +43,18 @@ def move_tree(repo: git.Repo, old_tree: str, new_tree: str) -> None:
     run(repo, "read-tree", "-m", "-u", old_tree, new_tree)
 
 
-def force_tree(repo: git.Repo, tree: str) -> None:
+def force_tree(repo: Repo, tree: str) -> None:
     """Make index and working tree exactly `tree`, overwriting local changes (used only after
     the caller checked that nothing of the user's would be lost)."""
     run(repo, "read-tree", "--reset", "-u", tree)
 
 
-def update_ref(repo: git.Repo, ref: str, new: str, old: str | None = None, *, message: str = "rocmpatch") -> None:
+def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, *, message: str = "rocmpatch") -> None:
     """Point ref at new; with old, only if it still points at old (compare-and-swap)."""
     run(repo, "update-ref", "-m", message, ref, new, *([old] if old else []))
 
 
-def hash_files(repo: git.Repo, paths: list[str]) -> dict[str, str | None]:
+def hash_files(repo: Repo, paths: list[str]) -> dict[str, str | None]:
     """Blob ids of working-tree files as git would store them; None for a missing file."""
     root = Path(repo.working_tree_dir)
     present = [p for p in paths if (root / p).is_file() or (root / p).is_symlink()]
@@ -73,7 +71,7 @@ def hash_files(repo: git.Repo, paths: list[str]) -> dict[str, str | None]:
     return result
 
 
-def worktree_entries(repo: git.Repo, paths: list[str]) -> dict[str, Entry | None]:
+def worktree_entries(repo: Repo, paths: list[str]) -> dict[str, Entry | None]:
     """What git would record for each working-tree path: mode (regular, executable, symlink;
     a directory is a gitlink with no id) and blob id of the raw bytes, read without git (no
     filter runs, no symlink is followed); None for a missing path."""
@@ -109,12 +107,12 @@ def _file_blob_id(path: Path, size: int) -> str:
     return digest.hexdigest()
 
 
-def changed_paths(repo: git.Repo, old_tree: str, new_tree: str) -> list[str]:
+def changed_paths(repo: Repo, old_tree: str, new_tree: str) -> list[str]:
     out = run_bytes(repo, "diff-tree", "-r", "-z", "--no-renames", "--name-only", old_tree, new_tree)
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
 
 
-def worktree_tree(repo: git.Repo, *, leave_out: list[str] = ()) -> str:
+def worktree_tree(repo: Repo, *, leave_out: list[str] = ()) -> str:
     """A tree id of the working tree as it is (untracked files included, ignored ones not),
     built in a temporary index so the repository's own index is left alone (nor its flags:
     assume-unchanged, skip-worktree): every file is hashed, with its mode and type.
@@ -133,7 +131,7 @@ _HONEST_STAT = ("-c", "core.fileMode=true", "-c", "core.trustctime=true", "-c", 
                 "-c", "core.ignoreStat=false", "-c", "core.symlinks=true")
 
 
-def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, Entry]:
+def snapshot_entries(repo: Repo, *, leave_out: list[str] = ()) -> dict[str, Entry]:
     """What the working tree holds, path by path, as git would record it (mode, type, blob id;
     untracked files included, ignored ones not), without writing anything to the repository:
     a temporary index, and the blobs hashed into a temporary object directory that borrows the
@@ -149,7 +147,7 @@ def snapshot_entries(repo: git.Repo, *, leave_out: list[str] = ()) -> dict[str, 
     return parse_entries(out, sha_field=1)
 
 
-def snapshot_tree(repo: git.Repo) -> str:
+def snapshot_tree(repo: Repo) -> str:
     """The tree id of the working tree as snapshot_entries sees it: one id to compare, when the
     question is only "is it exactly this tree?". Raises when git cannot record a path (a nested
     repository without commits)."""
@@ -158,7 +156,7 @@ def snapshot_tree(repo: git.Repo) -> str:
 
 
 @contextlib.contextmanager
-def _snapshot_index(repo: git.Repo, leave_out) -> Iterator[dict[str, str]]:
+def _snapshot_index(repo: Repo, leave_out) -> Iterator[dict[str, str]]:
     """The environment of a temporary index holding the working tree (see snapshot_entries)."""
     with tempfile.TemporaryDirectory(prefix="rocmpatch-snapshot-") as scratch:
         objects = Path(scratch) / "objects"
@@ -173,7 +171,7 @@ def _snapshot_index(repo: git.Repo, leave_out) -> Iterator[dict[str, str]]:
         yield env
 
 
-def _seed_index(repo: git.Repo, index: Path, env: dict[str, str]) -> bool:
+def _seed_index(repo: Repo, index: Path, env: dict[str, str]) -> bool:
     """Copy the repository's index to `index` when none of its entries hides a change (`ls-files
     -v` tags: lower case for assume-unchanged, S for skip-worktree); False when it cannot be used."""
     source = Path(repo.git_dir) / "index"
@@ -189,6 +187,6 @@ def _seed_index(repo: git.Repo, index: Path, env: dict[str, str]) -> bool:
     return True
 
 
-def diff_trees(repo: git.Repo, old_tree: str, new_tree: str) -> bytes:
+def diff_trees(repo: Repo, old_tree: str, new_tree: str) -> bytes:
     """A patch from old_tree to new_tree that `git apply` takes back (binary-safe, full ids)."""
     return run_bytes(repo, "diff", "--no-ext-diff", "--no-textconv", "--binary", "--full-index", "--no-renames", old_tree, new_tree)
