@@ -18,8 +18,6 @@ import json
 from dataclasses import dataclass
 from typing import Iterable
 
-import git
-
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused
 from rocmpatch.series import LoadedPatch
@@ -53,7 +51,7 @@ class History:
         return self.applied[-1].commit if self.applied else self.base
 
 
-def read(repo: git.Repo, pin: str | None = None) -> History:
+def read(repo: gitcmd.Repo, pin: str | None = None) -> History:
     """The series as applied in repo. With `pin`, plain commits on top of the series are
     recognised as the user's own, rather than taken for the base."""
     head = gitcmd.head_commit(repo)
@@ -71,7 +69,7 @@ def read(repo: git.Repo, pin: str | None = None) -> History:
     return History(head, commit, tuple(reversed(applied)), tuple(user_commits))
 
 
-def _user_commits(repo: git.Repo, head: str | None, pin: str) -> list[str]:
+def _user_commits(repo: gitcmd.Repo, head: str | None, pin: str) -> list[str]:
     """Single-parent commits without our trailers between HEAD and the first rocmpatch commit;
     none when there is no such commit (commits right on the pin may as well be upstream's)."""
     found: list[str] = []
@@ -98,7 +96,7 @@ def series_key(patches: Iterable[LoadedPatch], pin: str) -> str:
     return digest.hexdigest()
 
 
-def commit_patch(repo: git.Repo, loaded: LoadedPatch, tree: str, parent: str, pin: str) -> str:
+def commit_patch(repo: gitcmd.Repo, loaded: LoadedPatch, tree: str, parent: str, pin: str) -> str:
     entry = loaded.entry
     message = f"{entry.name}: {entry.summary}\n\n{entry.description}\n"
     identity = gitcmd.Identity(IDENTITY_NAME, IDENTITY_EMAIL, gitcmd.commit_date(repo, pin))
@@ -106,7 +104,7 @@ def commit_patch(repo: git.Repo, loaded: LoadedPatch, tree: str, parent: str, pi
     return gitcmd.commit_tree(repo, tree, parent, message, identity, trailers)
 
 
-def refuse_user_commits(repo: git.Repo, state: History) -> None:
+def refuse_user_commits(repo: gitcmd.Repo, state: History) -> None:
     """TargetRefused naming the user's commits on top of the series and how to keep them."""
     if not state.user_commits:
         return

@@ -17,8 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-import git
-
 from rocmpatch import gitcmd
 from rocmpatch.errors import UpstreamError
 from rocmpatch.files import file_lock
@@ -60,7 +58,7 @@ def commit_path(commit: str) -> Path:
     return cache_dir() / "commits" / f"{commit}.git"
 
 
-def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress: bool = True) -> git.Repo:
+def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress: bool = True) -> gitcmd.Repo:
     """The bare cache repository holding upstream.commit, fetching it on first use.
 
     A warm cache answers without any network call (the URL is not even checked for reachability).
@@ -92,7 +90,7 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     return gitcmd.open_repo(path)
 
 
-def series_head(cache: git.Repo, key: str, patched_tree: str, compute: Callable[[git.Repo], str]) -> str | None:
+def series_head(cache: gitcmd.Repo, key: str, patched_tree: str, compute: Callable[[gitcmd.Repo], str]) -> str | None:
     """The commit of the pin plus a series, kept in the pin's cache entry under
     refs/rocmpatch/series/<key>: `compute(cache)` makes it (writing into the cache) only the first
     time, under the entry's lock, and later new targets copy it with the pin (see
@@ -116,7 +114,7 @@ def series_head(cache: git.Repo, key: str, patched_tree: str, compute: Callable[
 
 
 @contextlib.contextmanager
-def scratch_over(source: git.Repo) -> Iterator[git.Repo]:
+def scratch_over(source: gitcmd.Repo) -> Iterator[gitcmd.Repo]:
     """A throwaway repository that reads `source`'s objects and writes its own (trees computed
     while checking or verifying): the cache or a target is only ever read, so a read-only cache
     works, and nothing is left behind."""
@@ -128,7 +126,7 @@ def scratch_over(source: git.Repo) -> Iterator[git.Repo]:
             repo.close()
 
 
-def _verified(repo: git.Repo, upstream: Upstream, source: Path | str) -> git.Repo:
+def _verified(repo: gitcmd.Repo, upstream: Upstream, source: Path | str) -> gitcmd.Repo:
     if gitcmd.resolve_commit(repo, upstream.commit) != upstream.commit:
         raise UpstreamError(f"{source}: does not contain commit {upstream.commit}", hint=f"delete {commit_path(upstream.commit)} and run 'rocmpatch fetch'")
     tree = gitcmd.tree_of(repo, upstream.commit)
@@ -167,7 +165,7 @@ def history_path(url: str) -> Path:
     return cache_dir() / "history" / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}.git"
 
 
-def history_repo(url: str, revs: list[str]) -> tuple[git.Repo, dict[str, str]]:
+def history_repo(url: str, revs: list[str]) -> tuple[gitcmd.Repo, dict[str, str]]:
     """A repository holding the full history of `revs` (tags, branches or commit ids), and the
     commit each names. A local mirror (path or file://) is read in place and never written; a
     remote one is fetched (full depth, unlike the pin cache) into a cache entry of its own."""
@@ -187,5 +185,5 @@ def history_repo(url: str, revs: list[str]) -> tuple[git.Repo, dict[str, str]]:
         return repo, commits
 
 
-def _resolved(repo: git.Repo, rev: str, url: str) -> str:
+def _resolved(repo: gitcmd.Repo, rev: str, url: str) -> str:
     return gitcmd.require_commit(repo, rev, where=url, hint="update the mirror, or check --ref / --range / --onto")

@@ -17,8 +17,6 @@ import signal
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import git
-
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused, UsageError
 from rocmpatch.files import replace_file
@@ -31,7 +29,7 @@ SIGNAL_VARIABLE = "ROCMPATCH_TEST_SIGNAL"  # tests: which signal (INT, KILL); IN
 ANNOUNCE_VARIABLE = "ROCMPATCH_TEST_ANNOUNCE"  # tests: say "rocmpatch-test: at NAME" on stderr at each point
 
 
-def open_target(directory: Path) -> git.Repo:
+def open_target(directory: Path) -> gitcmd.Repo:
     """The target checkout at `directory`: a git repository with a working tree, given by its top."""
     repo = gitcmd.open_repo(directory)
     if repo.bare or repo.working_tree_dir is None:
@@ -39,7 +37,7 @@ def open_target(directory: Path) -> git.Repo:
     return repo
 
 
-def require_writable(repo: git.Repo, paths: Iterable[str] = ()) -> None:
+def require_writable(repo: gitcmd.Repo, paths: Iterable[str] = ()) -> None:
     """TargetRefused, before anything changes, when the checkout (its top, its .git, or a
     directory holding one of `paths`) may not be written."""
     root = Path(repo.working_tree_dir)
@@ -56,7 +54,7 @@ def require_writable(repo: git.Repo, paths: Iterable[str] = ()) -> None:
                                 hint="make the checkout writable (chmod -R u+w) or run as its owner")
 
 
-def state_dir(repo: git.Repo) -> Path:
+def state_dir(repo: gitcmd.Repo) -> Path:
     path = gitcmd.git_dir(repo) / "rocmpatch"
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise TargetRefused(f"{path}: is a symlink or not a directory; rocmpatch keeps its state there and writes nothing through it",
@@ -65,12 +63,12 @@ def state_dir(repo: git.Repo) -> Path:
     return path
 
 
-def journal_path(repo: git.Repo) -> Path:
+def journal_path(repo: gitcmd.Repo) -> Path:
     return state_dir(repo) / "journal.json"
 
 
 @contextlib.contextmanager
-def locked(repo: git.Repo) -> Iterator[None]:
+def locked(repo: gitcmd.Repo) -> Iterator[None]:
     """One rocmpatch process per target: a second waits a little, then exits BUSY."""
     wait = lock_wait()
     with file_lock(state_dir(repo) / "lock", wait=wait, what=f"the target {repo.working_tree_dir}"):
@@ -100,7 +98,7 @@ def interruption_point(name: str) -> None:
         os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(SIGNAL_VARIABLE, "INT")))
 
 
-def refuse_user_edits(repo: git.Repo, *, hint: str) -> None:
+def refuse_user_edits(repo: gitcmd.Repo, *, hint: str) -> None:
     dirty = gitcmd.dirty_paths(repo)
     if dirty:
         edits = [path for code, path in dirty if code != "??"]
@@ -117,7 +115,7 @@ def _some(paths: list[str]) -> str:
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
-def move(repo: git.Repo, old_commit: str, new_commit: str, operation: str) -> None:
+def move(repo: gitcmd.Repo, old_commit: str, new_commit: str, operation: str) -> None:
     """Move HEAD, index and working tree from old_commit to new_commit, journaled."""
     old_tree, new_tree = gitcmd.tree_of(repo, old_commit), gitcmd.tree_of(repo, new_commit)
     refuse_untracked_obstacles(repo, old_tree, new_tree)
@@ -128,7 +126,7 @@ def move(repo: git.Repo, old_commit: str, new_commit: str, operation: str) -> No
     journal.unlink()
 
 
-def write_journal(repo: git.Repo, operation: str, old_commit: str, new_commit: str) -> Path:
+def write_journal(repo: gitcmd.Repo, operation: str, old_commit: str, new_commit: str) -> Path:
     """Record, durably, that the target is moving from old_commit to new_commit."""
     journal = journal_path(repo)
     replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
@@ -136,7 +134,7 @@ def write_journal(repo: git.Repo, operation: str, old_commit: str, new_commit: s
     return journal
 
 
-def refuse_untracked_obstacles(repo: git.Repo, old_tree: str, new_tree: str) -> None:
+def refuse_untracked_obstacles(repo: gitcmd.Repo, old_tree: str, new_tree: str) -> None:
     """A path the move creates must not exist yet: git would silently overwrite an ignored file
     there (untracked ones that are not ignored are caught earlier as uncommitted changes)."""
     old_entries, new_entries = gitcmd.list_tree(repo, old_tree), gitcmd.list_tree(repo, new_tree)
@@ -155,7 +153,7 @@ def refuse_untracked_obstacles(repo: git.Repo, old_tree: str, new_tree: str) -> 
                 )
 
 
-def pending(repo: git.Repo) -> dict | None:
+def pending(repo: gitcmd.Repo) -> dict | None:
     """The interrupted operation, if any."""
     path = gitcmd.git_dir(repo) / "rocmpatch" / "journal.json"
     if not path.exists():
@@ -169,11 +167,11 @@ def pending(repo: git.Repo) -> dict | None:
     return journal
 
 
-def drop_journal(repo: git.Repo) -> None:
+def drop_journal(repo: gitcmd.Repo) -> None:
     journal_path(repo).unlink(missing_ok=True)
 
 
-def clear_stale_git_locks(repo: git.Repo) -> list[str]:
+def clear_stale_git_locks(repo: gitcmd.Repo) -> list[str]:
     """Lock files a git process killed mid-move left (index.lock, HEAD.lock, the branch's lock).
 
     Called only with the target's rocmpatch lock held and a journal present: the git that made
@@ -197,7 +195,7 @@ def clear_stale_git_locks(repo: git.Repo) -> list[str]:
     return removed
 
 
-def recover(repo: git.Repo) -> str | None:
+def recover(repo: gitcmd.Repo) -> str | None:
     """Finish an interrupted move; return its operation name, or None when there was none.
 
     A killed `git read-tree -u` leaves each file it had to change old, new, missing, or new but
@@ -225,7 +223,7 @@ def recover(repo: git.Repo) -> str | None:
     return journal["operation"]
 
 
-def _left_by_move(repo: git.Repo, path: str, now: gitcmd.Entry | None, old: gitcmd.Entry | None, new: gitcmd.Entry | None) -> bool:
+def _left_by_move(repo: gitcmd.Repo, path: str, now: gitcmd.Entry | None, old: gitcmd.Entry | None, new: gitcmd.Entry | None) -> bool:
     if now is None:
         return True  # removed, not yet rewritten
     if any(e is not None and (e.mode, e.sha) == (now.mode, now.sha) for e in (old, new)):
@@ -236,7 +234,7 @@ def _left_by_move(repo: git.Repo, path: str, now: gitcmd.Entry | None, old: gitc
     return gitcmd.read_blob(repo, new.sha).startswith(written)  # cut short while being written
 
 
-def materialize(directory: Path, cache: git.Repo, commit: str, upstream_url: str, *, message: str = "rocmpatch: the pinned upstream commit") -> git.Repo:
+def materialize(directory: Path, cache: gitcmd.Repo, commit: str, upstream_url: str, *, message: str = "rocmpatch: the pinned upstream commit") -> gitcmd.Repo:
     """A fresh checkout of `commit` (the pin, or the pin plus the series kept in the cache) in
     directory, with the cache entry's objects: shallow at the pin, like the cache."""
     # The lock's url becomes remote.upstream.url: as strict as --upstream-url, even when a warm

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-import git
-
 from rocmpatch import gitcmd
 from rocmpatch.errors import InvalidInput
 from rocmpatch.patching import Overlay, apply_patch
@@ -26,7 +24,7 @@ class Step:
 class SeriesApplier:
     """Patches applied one after another on top of a base tree, all in memory."""
 
-    def __init__(self, repo: git.Repo, base_tree: str) -> None:
+    def __init__(self, repo: gitcmd.Repo, base_tree: str) -> None:
         self.repo, self.base_tree = repo, base_tree
         self.reader = gitcmd.TreeReader(repo, base_tree)
         self.overlay = Overlay(self.reader.read)
@@ -65,7 +63,7 @@ class SeriesApplier:
         return self._tree
 
 
-def patch_trees(repo: git.Repo, base_tree: str, patches: Iterable[LoadedPatch]) -> list[Step]:
+def patch_trees(repo: gitcmd.Repo, base_tree: str, patches: Iterable[LoadedPatch]) -> list[Step]:
     """Apply patches in order on base_tree; raise PatchConflict / InvalidInput on the first problem."""
     applier = SeriesApplier(repo, base_tree)
     steps = []

@@ -15,8 +15,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
-
 from rocmpatch import gitcmd, history, store, target
 from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
@@ -96,12 +94,12 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
     return result
 
 
-def _kept_series_head(cache: git.Repo, loaded: LoadedSeries, lock: Lock) -> str | None:
+def _kept_series_head(cache: gitcmd.Repo, loaded: LoadedSeries, lock: Lock) -> str | None:
     """The pin plus the whole series as commits in the cache (made by the first new target, reused
     by every later one); None, said on stderr, when the cache cannot be written."""
     pin = lock.upstream.commit
 
-    def commit_series(repo: git.Repo) -> str:
+    def commit_series(repo: gitcmd.Repo) -> str:
         head = pin
         for step in _planned_steps(repo, loaded, lock, loaded.patches, lock.upstream.tree):
             head = history.commit_patch(repo, step.patch, step.tree, head, pin)
@@ -157,7 +155,7 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: ApplyResult) -> None:
+def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result: ApplyResult) -> None:
     pin = lock.upstream.commit
     state = history.read(repo, pin)
     history.refuse_user_commits(repo, state)
@@ -193,7 +191,7 @@ def _apply_existing(repo: git.Repo, loaded: LoadedSeries, lock: Lock, result: Ap
         _done(repo.working_tree_dir, new_head)
 
 
-def _planned_steps(repo: git.Repo, loaded: LoadedSeries, lock: Lock, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
+def _planned_steps(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
     steps = patch_trees(repo, base_tree, patches)
     if steps and steps[-1].tree != lock.patched_tree:
         raise InvalidInput(f"{loaded.location.lock_path}: patched_tree", f"is {lock.patched_tree}, but the series gives {steps[-1].tree}", hint=LOCK_HINT)

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-import git
-
 from rocmpatch import gitcmd
 from rocmpatch.errors import PatchConflict, UpstreamError
 from rocmpatch.gitcmd import CommitInfo
@@ -97,7 +95,7 @@ class DriftReport:
 class SeriesEvaluator:
     """Verdicts of every patch on a set of upstream files, with blob and result caches."""
 
-    def __init__(self, repo: git.Repo, patches: list[Patch]) -> None:
+    def __init__(self, repo: gitcmd.Repo, patches: list[Patch]) -> None:
         self.repo = repo
         self.patches = patches
         self.paths = sorted({p for patch in patches for p in patch.paths})
@@ -177,7 +175,7 @@ def _find_block(lines: list[str], block: tuple[str, ...], start: int) -> int:
     return -1
 
 
-def run_drift(repo: git.Repo, patches: list[Patch], from_rev: str, to_rev: str, *, to_ref: str | None = None) -> DriftReport:
+def run_drift(repo: gitcmd.Repo, patches: list[Patch], from_rev: str, to_rev: str, *, to_ref: str | None = None) -> DriftReport:
     """Walk TO's first-parent line from merge-base(FROM, TO); see the module docstring."""
     started = time.monotonic()
     from_commit = _require(repo, from_rev)
@@ -241,7 +239,7 @@ class _Stretch:
             self.tip = verdict
 
 
-def _summarize(repo: git.Repo, patch: Patch, stretch: _Stretch, at_from: str, at_base: str) -> PatchDrift:
+def _summarize(repo: gitcmd.Repo, patch: Patch, stretch: _Stretch, at_from: str, at_base: str) -> PatchDrift:
     final = stretch.tip or stretch.verdict
     result = PatchDrift(patch.name, final.state, at_from, at_base, breaks=stretch.breaks)
     if final.state == APPLIES:
@@ -261,5 +259,5 @@ def _summarize(repo: git.Repo, patch: Patch, stretch: _Stretch, at_from: str, at
     return result
 
 
-def _require(repo: git.Repo, rev: str) -> str:
+def _require(repo: gitcmd.Repo, rev: str) -> str:
     return gitcmd.require_commit(repo, rev, where="upstream", hint="fetch it into the mirror, or check --ref / --range")

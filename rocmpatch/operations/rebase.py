@@ -25,7 +25,6 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import git
 import yaml
 
 from rocmpatch import gitcmd
@@ -111,7 +110,7 @@ def in_progress(project: Path, releases: list[str]) -> list[str]:
     return [r for r in releases if (state_dir(project, r) / "state.json").is_file()]
 
 
-def start(project: Path, release: str, source: git.Repo, pin: str, onto: str, onto_ref: str, patches: list[LoadedPatch],
+def start(project: Path, release: str, source: gitcmd.Repo, pin: str, onto: str, onto_ref: str, patches: list[LoadedPatch],
           *, url: str = "", into: str | None = None) -> Finished | Stopped:
     directory = state_dir(project, release)
     if directory.exists():
@@ -157,14 +156,14 @@ def finish(project: Path, release: str) -> None:
     shutil.rmtree(state_dir(project, release), ignore_errors=True)
 
 
-def _applied(work: git.Repo, tree: str, item: LoadedPatch) -> str:
+def _applied(work: gitcmd.Repo, tree: str, item: LoadedPatch) -> str:
     """The tree after applying one patch exactly, through the one applier every command uses."""
     applier = SeriesApplier(work, tree)
     applier.apply(item)
     return applier.tree()
 
 
-def _original_chain(work: git.Repo, pin: str, patches: list[LoadedPatch]) -> list[str]:
+def _original_chain(work: gitcmd.Repo, pin: str, patches: list[LoadedPatch]) -> list[str]:
     """ORIG(1..n): the series as it is, applied exactly on the pin, one commit per patch."""
     chain, parent = [], pin
     for item in patches:
@@ -177,7 +176,7 @@ def _original_chain(work: git.Repo, pin: str, patches: list[LoadedPatch]) -> lis
     return chain
 
 
-def _carry(directory: Path, work: git.Repo, state: State, patches: list[LoadedPatch]) -> Finished | Stopped:
+def _carry(directory: Path, work: gitcmd.Repo, state: State, patches: list[LoadedPatch]) -> Finished | Stopped:
     while state.done < len(patches):
         item = patches[state.done]
         base = state.originals[state.done - 1] if state.done else _parent(work, state.originals[0])
@@ -222,7 +221,7 @@ def _diff_part(text: str) -> str:
     return text[start:] if start >= 0 else text
 
 
-def _record(work: git.Repo, state: State, item: LoadedPatch, tree: str) -> None:
+def _record(work: gitcmd.Repo, state: State, item: LoadedPatch, tree: str) -> None:
     if tree == gitcmd.tree_of(work, state.tip):
         state.rebased.append(None)  # nothing left of the patch: upstream has it
         state.outcomes[-1].result = OBSOLETE
@@ -231,18 +230,18 @@ def _record(work: git.Repo, state: State, item: LoadedPatch, tree: str) -> None:
     state.rebased.append(state.tip)
 
 
-def _commit(work: git.Repo, tree: str, parent: str, item: LoadedPatch) -> str:
+def _commit(work: gitcmd.Repo, tree: str, parent: str, item: LoadedPatch) -> str:
     """A commit carrying the patch's own author, date and message, so format-patch repeats them."""
     info = gitcmd.mail_info(work, item.text)
     return gitcmd.commit_tree(work, tree, parent, info.message(), Identity(info.author, info.email, info.date))
 
 
-def _commit_with(work: git.Repo, tree: str, parent: str, message: str) -> str:
+def _commit_with(work: gitcmd.Repo, tree: str, parent: str, message: str) -> str:
     identity = Identity("rocmpatch", "rocmpatch@localhost", gitcmd.commit_date(work, parent))
     return gitcmd.commit_tree(work, tree, parent, message, identity)
 
 
-def _parent(work: git.Repo, commit: str) -> str:
+def _parent(work: gitcmd.Repo, commit: str) -> str:
     parent = gitcmd.commit_info(work, commit).parent
     assert parent is not None
     return parent
@@ -262,7 +261,7 @@ def _refuse_markers(worktree: Path, files: list[str]) -> None:
                 raise InvalidInput(f"{path}:{number}", "conflict marker still there", hint="resolve the conflict, then run 'rocmpatch rebase --continue'")
 
 
-def _remove_worktree(work: git.Repo, worktree: Path) -> None:
+def _remove_worktree(work: gitcmd.Repo, worktree: Path) -> None:
     shutil.rmtree(worktree)
     gitcmd.run(work, "worktree", "prune")
 
