@@ -46,14 +46,10 @@ def write_crash_log(exc: BaseException) -> Path:
 
 
 def as_user_error(exc: BaseException) -> BaseException:
-    """Failures of the machine rather than of rocmpatch, as the error the user can act on: git
-    missing (wherever GitPython first notices), and a path we may not write or read."""
+    """Failures of the machine rather than of rocmpatch, as the error the user can act on: a path
+    we may not write or read. (A missing git is already one: rocmpatch.gitcmd raises EnvironmentProblem.)"""
     from rocmpatch.errors import EnvironmentProblem
 
-    if type(exc).__name__ == "GitCommandNotFound":  # GitPython's; no import: it may be what is broken
-        from rocmpatch.gitcmd.core import _git_missing
-
-        return _git_missing()
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
         what = "not writable: read-only file system" if exc.errno == errno.EROFS else "permission denied"
         return EnvironmentProblem(f"{exc.filename}: {what}",
