@@ -4,6 +4,7 @@ and converting between commits and patch files (`git format-patch` / `git mailin
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rocmpatch.errors import UpstreamError
-from rocmpatch.gitcmd.core import Repo, read_object, resolve_commit, run, run_bytes
+from rocmpatch.gitcmd.core import GitFailed, Repo, _execute, read_object, resolve_commit, run, run_bytes
 from rocmpatch.gitcmd.objects import write_object
 
 
@@ -39,11 +40,23 @@ def commit_tree(repo: Repo, tree: str, parent: str, message: str, identity: Iden
         raise UpstreamError(f"git commit-tree failed: fatal: not a valid commit: {parent}")
     trailers = list(trailers)
     if trailers:
-        arguments = [argument for key, value in trailers for argument in ("--trailer", f"{key}: {value}")]
-        message = run_bytes(repo, "interpret-trailers", *arguments, stdin=message.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+        message = _with_trailers(message, trailers)
     person = f"{identity.name} <{identity.email}> {int(when.timestamp())} {_git_offset(when)}"
     text = f"tree {tree_id}\nparent {parent_id}\nauthor {person}\ncommitter {person}\n\n{message}"
     return write_object(repo, "commit", text.encode("utf-8", "surrogateescape"))
+
+
+def _with_trailers(message: str, trailers: list[tuple[str, str]]) -> str:
+    """`git interpret-trailers`, run in an empty directory outside any repository: a target's
+    own config may neither run a program (`trailer.<key>.cmd`) nor change rocmpatch's commits."""
+    arguments = [argument for key, value in trailers for argument in ("--trailer", f"{key}: {value}")]
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-trailers-") as nowhere:
+        try:
+            done = _execute(nowhere, ["interpret-trailers", *arguments], stdin=message.encode("utf-8", "surrogateescape"),
+                            env={"GIT_CEILING_DIRECTORIES": os.path.dirname(nowhere)}, overrides=False)
+        except GitFailed as exc:
+            raise exc.one_line() from None
+    return done.stdout.decode("utf-8", "surrogateescape")
 
 
 def _git_offset(when: datetime.datetime) -> str:

@@ -313,6 +313,7 @@ def test_programs_configured_in_the_target_never_run(cli, upstream, tmp_path):
         "core.fsmonitor": command("fsmonitor"),
         "filter.evil.clean": command("clean"), "filter.evil.smudge": command("smudge"), "filter.evil.process": command("process"),
         "diff.evil.textconv": command("textconv"), "diff.evil.command": command("diffcommand"), "diff.external": command("external"),
+        "trailer.Rocmpatch-Patch.cmd": command("trailer"), "trailer.Rocmpatch-Patch-Sha256.command": command("trailercommand"),
     }
     for key, value in config.items():
         subprocess.run(["git", "-C", str(target), "config", key, value], check=True)
