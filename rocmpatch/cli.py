@@ -1,5 +1,7 @@
 """The command line: declares the commands and their shared options, nothing else.
 
+Click, without a layer above it: a read-only command must answer in 0.3 s, and the CLI framework
+is imported by every command (Typer since 0.2x builds a pydantic validator per option, ~0.15 s).
 Each command's work is in rocmpatch/commands/<name>.py (imported on use, so `--help` stays fast);
 it returns an ExitCode, and error_handler turns errors into one line and a documented code.
 """
@@ -7,38 +9,37 @@ it returns an ExitCode, and error_handler turns errors into one line and a docum
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Callable, Literal, Optional
+from typing import Callable
 
-import typer
+import click
 
 from rocmpatch.errors import ExitCode
 
-app = typer.Typer(
-    name="rocmpatch",
-    help="Apply, verify and maintain the ROCm patch series for NVIDIA Megatron-LM.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+PATH = click.Path(path_type=Path)
+
 
 # --- shared options, declared once ------------------------------------------------------------
-TargetOption = Annotated[Path, typer.Option("--target", "-t", help="The Megatron-LM checkout.", show_default=False)]
-UpstreamUrlOption = Annotated[
-    Optional[str],
-    typer.Option("--upstream-url", envvar="ROCMPATCH_UPSTREAM_URL", show_envvar=True, metavar="URL",
-                 help="Fetch the pinned commit from here instead of the lock's url (a mirror, a path, file:// or https://); the commit must still match."),
-]
-SeriesDirOption = Annotated[
-    Optional[Path],
-    typer.Option("--series-dir", envvar="ROCMPATCH_SERIES_DIR", show_envvar=True, metavar="DIR",
-                 help="patchsets/ (one folder per release) or one release's folder in it; the lock is upstream.lock beside patchsets/. Default: the checkout's or the bundled patchsets/."),
-]
-ReleaseOption = Annotated[
-    Optional[str],
-    typer.Option("--release", "-r", envvar="ROCMPATCH_RELEASE", show_envvar=True, metavar="NAME",
-                 help="The release (a folder in patchsets/, e.g. core_v0.19.0). Default: an existing target's own release, else the newest in upstream.lock."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (format in docs/commands.md).")]
+def target_option(command: Callable) -> Callable:
+    return click.option("--target", "-t", "target", type=PATH, required=True, help="The Megatron-LM checkout.")(command)
+
+
+def upstream_url_option(command: Callable) -> Callable:
+    return click.option("--upstream-url", envvar="ROCMPATCH_UPSTREAM_URL", show_envvar=True, metavar="URL",
+                        help="Fetch the pinned commit from here instead of the lock's url (a mirror, a path, file:// or https://); the commit must still match.")(command)
+
+
+def series_dir_option(command: Callable) -> Callable:
+    return click.option("--series-dir", envvar="ROCMPATCH_SERIES_DIR", show_envvar=True, metavar="DIR", type=PATH,
+                        help="patchsets/ (one folder per release) or one release's folder in it; the lock is upstream.lock beside patchsets/. Default: the checkout's or the bundled patchsets/.")(command)
+
+
+def release_option(command: Callable) -> Callable:
+    return click.option("--release", "-r", envvar="ROCMPATCH_RELEASE", show_envvar=True, metavar="NAME",
+                        help="The release (a folder in patchsets/, e.g. core_v0.19.0). Default: an existing target's own release, else the newest in upstream.lock.")(command)
+
+
+def json_option(command: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (format in docs/commands.md).")(command)
 
 
 def _run(command: Callable[..., ExitCode], **kwargs) -> None:
@@ -46,25 +47,27 @@ def _run(command: Callable[..., ExitCode], **kwargs) -> None:
 
     with handled():
         code = command(**kwargs)
-    raise typer.Exit(int(code))
+    raise click.exceptions.Exit(int(code))
 
 
-def _version(value: bool) -> None:
-    if value:
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
         from rocmpatch.commands.version import run
 
         _run(run)
 
 
-@app.callback()
-def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and the pinned upstream, then exit.")] = False,
-) -> None:
-    pass
+@click.group(name="rocmpatch", no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, is_eager=True, expose_value=False, callback=_version, help="Print the version and the pinned upstream, then exit.")
+def app() -> None:
+    """Apply, verify and maintain the ROCm patch series for NVIDIA Megatron-LM."""
 
 
 @app.command()
-def fetch(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None, release: ReleaseOption = None) -> None:
+@upstream_url_option
+@series_dir_option
+@release_option
+def fetch(upstream_url, series_dir, release) -> None:
     """Bring the pinned upstream commit into the local cache (a shallow fetch of exactly that commit)."""
     from rocmpatch.commands.fetch import run
 
@@ -72,13 +75,12 @@ def fetch(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = 
 
 
 @app.command()
-def apply(
-    target: TargetOption,
-    upstream_url: UpstreamUrlOption = None,
-    series_dir: SeriesDirOption = None,
-    release: ReleaseOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check that the series applies and say what would change; change nothing.")] = False,
-) -> None:
+@target_option
+@upstream_url_option
+@series_dir_option
+@release_option
+@click.option("--dry-run", is_flag=True, help="Check that the series applies and say what would change; change nothing.")
+def apply(target, upstream_url, series_dir, release, dry_run) -> None:
     """Make TARGET the pinned commit plus the whole series: create it, or apply what is missing."""
     from rocmpatch.commands.apply import run
 
@@ -86,28 +88,36 @@ def apply(
 
 
 @app.command()
-def verify(target: TargetOption, series_dir: SeriesDirOption = None, release: ReleaseOption = None, json: JsonOption = False, upstream_url: UpstreamUrlOption = None) -> None:
+@target_option
+@series_dir_option
+@release_option
+@json_option
+@upstream_url_option
+def verify(target, series_dir, release, as_json, upstream_url) -> None:
     """Exit 0 only if TARGET is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, as_json=json, upstream_url=upstream_url)
+    _run(run, target=target, series_dir=series_dir, release=release, as_json=as_json, upstream_url=upstream_url)
 
 
 @app.command()
-def status(target: TargetOption, series_dir: SeriesDirOption = None, release: ReleaseOption = None, json: JsonOption = False) -> None:
+@target_option
+@series_dir_option
+@release_option
+@json_option
+def status(target, series_dir, release, as_json) -> None:
     """Show each patch of the series as applied, not applied or conflicting, with its files."""
     from rocmpatch.commands.status import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, as_json=json)
+    _run(run, target=target, series_dir=series_dir, release=release, as_json=as_json)
 
 
 @app.command()
-def unapply(
-    target: TargetOption,
-    series_dir: SeriesDirOption = None,
-    release: ReleaseOption = None,
-    force: Annotated[bool, typer.Option("--force", help="Save uncommitted edits as a patch file (path printed), then unapply.")] = False,
-) -> None:
+@target_option
+@series_dir_option
+@release_option
+@click.option("--force", is_flag=True, help="Save uncommitted edits as a patch file (path printed), then unapply.")
+def unapply(target, series_dir, release, force) -> None:
     """Take TARGET back to the pristine pinned commit."""
     from rocmpatch.commands.unapply import run
 
@@ -115,23 +125,26 @@ def unapply(
 
 
 @app.command()
-def check(upstream_url: UpstreamUrlOption = None, series_dir: SeriesDirOption = None, release: ReleaseOption = None, json: JsonOption = False) -> None:
+@upstream_url_option
+@series_dir_option
+@release_option
+@json_option
+def check(upstream_url, series_dir, release, as_json) -> None:
     """Apply each release's series (or --release's) to its pinned commit in memory and report each patch."""
     from rocmpatch.commands.check import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, as_json=json)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, as_json=as_json)
 
 
 @app.command()
-def lock(
-    check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 when upstream.lock is stale.")] = False,
-    upstream_url: UpstreamUrlOption = None,
-    series_dir: SeriesDirOption = None,
-    release: ReleaseOption = None,
-    url: Annotated[Optional[str], typer.Option("--url", help="Re-pin: the upstream URL to record.")] = None,
-    ref: Annotated[Optional[str], typer.Option("--ref", help="Re-pin: the tag or branch name to record.")] = None,
-    commit: Annotated[Optional[str], typer.Option("--commit", help="Re-pin: the full 40-hex commit id.")] = None,
-) -> None:
+@click.option("--check", is_flag=True, help="Change nothing; exit 1 when upstream.lock is stale.")
+@upstream_url_option
+@series_dir_option
+@release_option
+@click.option("--url", help="Re-pin: the upstream URL to record.")
+@click.option("--ref", help="Re-pin: the tag or branch name to record.")
+@click.option("--commit", help="Re-pin: the full 40-hex commit id.")
+def lock(check, upstream_url, series_dir, release, url, ref, commit) -> None:
     """Regenerate upstream.lock (every release, or --release's entry) from series.yaml, the patch files and the pinned upstream."""
     from rocmpatch.commands.lock import run
 
@@ -139,31 +152,29 @@ def lock(
 
 
 @app.command()
-def drift(
-    upstream_url: UpstreamUrlOption = None,
-    series_dir: SeriesDirOption = None,
-    release: ReleaseOption = None,
-    ref: Annotated[Optional[str], typer.Option("--ref", help="Walk from the pin to this upstream branch, tag or commit [default: main].")] = None,
-    span: Annotated[Optional[str], typer.Option("--range", metavar="A..B", help="Walk from A to B instead of from the pin to --ref.")] = None,
-    json: JsonOption = False,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", metavar="FILE", help="Also write the report as a Markdown table to FILE.")] = None,
-) -> None:
+@upstream_url_option
+@series_dir_option
+@release_option
+@click.option("--ref", help="Walk from the pin to this upstream branch, tag or commit [default: main].")
+@click.option("--range", "span", metavar="A..B", help="Walk from A to B instead of from the pin to --ref.")
+@json_option
+@click.option("--markdown", type=PATH, metavar="FILE", help="Also write the report as a Markdown table to FILE.")
+def drift(upstream_url, series_dir, release, ref, span, as_json, markdown) -> None:
     """Name, per patch, the first upstream commit after the pin that breaks it (exit 1 if any breaks at the tip)."""
     from rocmpatch.commands.drift import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, ref=ref, span=span, as_json=json, markdown=markdown)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, ref=ref, span=span, as_json=as_json, markdown=markdown)
 
 
 @app.command()
-def rebase(
-    onto: Annotated[Optional[str], typer.Option("--onto", metavar="REF", help="The upstream branch, tag or commit to carry the series to.")] = None,
-    resume: Annotated[bool, typer.Option("--continue", help="Go on after resolving a conflict in the rebase worktree.")] = False,
-    abort: Annotated[bool, typer.Option("--abort", help="Give up the stopped rebase; nothing of the project changes.")] = False,
-    into: Annotated[Optional[str], typer.Option("--into", metavar="NEW_RELEASE", help="Write the carried series as a new release (new folder in patchsets/, new lock entry) instead of rewriting --release's.")] = None,
-    upstream_url: UpstreamUrlOption = None,
-    series_dir: SeriesDirOption = None,
-    release: ReleaseOption = None,
-) -> None:
+@click.option("--onto", metavar="REF", help="The upstream branch, tag or commit to carry the series to.")
+@click.option("--continue", "resume", is_flag=True, help="Go on after resolving a conflict in the rebase worktree.")
+@click.option("--abort", is_flag=True, help="Give up the stopped rebase; nothing of the project changes.")
+@click.option("--into", metavar="NEW_RELEASE", help="Write the carried series as a new release (new folder in patchsets/, new lock entry) instead of rewriting --release's.")
+@upstream_url_option
+@series_dir_option
+@release_option
+def rebase(onto, resume, abort, into, upstream_url, series_dir, release) -> None:
     """Carry a release's series to a newer upstream with a 3-way merge per patch; rewrite it, or start a new release with --into."""
     from rocmpatch.commands.rebase import run
 
@@ -171,51 +182,50 @@ def rebase(
 
 
 @app.command()
-def smoke(
-    target: TargetOption,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="0,1", help="GPU indices to use (as torch sees them here); default: every visible GPU.")] = None,
-    device: Annotated[Literal["auto", "rocm", "cuda", "cpu"], typer.Option("--device", help="Where to run; auto picks the GPUs of this torch build, else the CPU.")] = "auto",
-    train_iters: Annotated[Optional[int], typer.Option("--train-iters", min=2, help="Iterations of each tiny GPT training run; default 20 on GPUs, 10 on CPU.")] = None,
-    json: JsonOption = False,
-    series_dir: SeriesDirOption = None,
-    release: ReleaseOption = None,
-) -> None:
+@target_option
+@click.option("--gpus", metavar="0,1", help="GPU indices to use (as torch sees them here); default: every visible GPU.")
+@click.option("--device", type=click.Choice(["auto", "rocm", "cuda", "cpu"]), default="auto", show_default=True, help="Where to run; auto picks the GPUs of this torch build, else the CPU.")
+@click.option("--train-iters", type=click.IntRange(min=2), help="Iterations of each tiny GPT training run; default 20 on GPUs, 10 on CPU.")
+@json_option
+@series_dir_option
+@release_option
+def smoke(target, gpus, device, train_iters, as_json, series_dir, release) -> None:
     """Check that the patched TARGET imports, computes, communicates and trains on this machine's GPUs (or CPU)."""
     from rocmpatch.commands.smoke import run
 
-    _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=json, series_dir=series_dir, release=release)
+    _run(run, target=target, gpus=gpus, device=device, train_iters=train_iters, as_json=as_json, series_dir=series_dir, release=release)
 
 
 @app.command()
-def releases(series_dir: SeriesDirOption = None, json: JsonOption = False) -> None:
+@series_dir_option
+@json_option
+def releases(series_dir, as_json) -> None:
     """List the releases: upstream ref, commit, date, number of patches and where each was validated."""
     from rocmpatch.commands.releases import run
 
-    _run(run, series_dir=series_dir, as_json=json)
+    _run(run, series_dir=series_dir, as_json=as_json)
 
 
 @app.command()
-def env(
-    json: JsonOption = False,
-    export: Annotated[bool, typer.Option("--export", help="Print the recommendations as `export NAME=value` shell lines.")] = False,
-) -> None:
+@json_option
+@click.option("--export", is_flag=True, help="Print the recommendations as `export NAME=value` shell lines.")
+def env(as_json, export) -> None:
     """Recommend environment variables for Megatron-LM training on this node's GPUs and network."""
     from rocmpatch.commands.env import run
 
-    _run(run, as_json=json, export=export)
+    _run(run, as_json=as_json, export=export)
 
 
 @app.command()
-def preflight(
-    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="Processes (GPUs) per node [every visible GPU with --run, else 8].")] = None,
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Number of nodes.")] = 1,
-    slurm: Annotated[bool, typer.Option("--slurm", help="Print the `srun torchrun` line for a Slurm allocation.")] = False,
-    launch: Annotated[bool, typer.Option("--run", help="Start it on this node now (torchrun --standalone) instead of printing the line.")] = False,
-    device: Annotated[Literal["auto", "gpu", "cpu"], typer.Option("--device", help="auto: the GPUs of this torch build, else the CPU with gloo.")] = "auto",
-    min_of_median: Annotated[Optional[float], typer.Option("--min-of-median", help="Slow: under this share of the median [0.5].")] = None,
-    min_of_peak: Annotated[Optional[float], typer.Option("--min-of-peak", help="Slow: GEMM under this share of the GPU's bf16 peak [0.25].")] = None,
-    min_busbw: Annotated[Optional[float], typer.Option("--min-busbw", metavar="GBPS", help="Slow: all-reduce bus bandwidth under this (GB/s).")] = None,
-) -> None:
+@click.option("--gpus", type=click.IntRange(min=1), help="Processes (GPUs) per node [every visible GPU with --run, else 8].")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes.")
+@click.option("--slurm", is_flag=True, help="Print the `srun torchrun` line for a Slurm allocation.")
+@click.option("--run", "launch", is_flag=True, help="Start it on this node now (torchrun --standalone) instead of printing the line.")
+@click.option("--device", type=click.Choice(["auto", "gpu", "cpu"]), default="auto", show_default=True, help="auto: the GPUs of this torch build, else the CPU with gloo.")
+@click.option("--min-of-median", type=float, help="Slow: under this share of the median [0.5].")
+@click.option("--min-of-peak", type=float, help="Slow: GEMM under this share of the GPU's bf16 peak [0.25].")
+@click.option("--min-busbw", type=float, metavar="GBPS", help="Slow: all-reduce bus bandwidth under this (GB/s).")
+def preflight(gpus, nodes, slurm, launch, device, min_of_median, min_of_peak, min_busbw) -> None:
     """Print how to launch the GEMM and all-reduce preflight for N nodes (or --run it here); exit 1 if a rank or node is slow."""
     from rocmpatch.commands.preflight import run
 
@@ -223,39 +233,45 @@ def preflight(
          min_of_median=min_of_median, min_of_peak=min_of_peak, min_busbw=min_busbw)
 
 
-recipe_app = typer.Typer(help="Training recipes for the newest release: list, show, launch.", no_args_is_help=True)
-app.add_typer(recipe_app, name="recipe")
+@app.group(no_args_is_help=True)
+def recipe() -> None:
+    """Training recipes for the newest release: list, show, launch."""
 
 
-@recipe_app.command("list")
-def recipe_list(json: JsonOption = False) -> None:
+RECIPE_NAME = click.argument("name", metavar="NAME")  # a recipe name from `rocmpatch recipe list`
+
+
+@recipe.command("list")
+@json_option
+def recipe_list(as_json) -> None:
     """List the recipes and their layouts."""
     from rocmpatch.commands.recipe import run_list
 
-    _run(run_list, as_json=json)
+    _run(run_list, as_json=as_json)
 
 
-@recipe_app.command("show")
-def recipe_show(name: Annotated[str, typer.Argument(help="A recipe name from `rocmpatch recipe list`.")], json: JsonOption = False) -> None:
-    """Show a recipe's arguments, layouts and memory estimate per GPU."""
+@recipe.command("show")
+@RECIPE_NAME
+@json_option
+def recipe_show(name, as_json) -> None:
+    """Show a recipe's arguments, layouts and memory estimate per GPU (NAME: from `rocmpatch recipe list`)."""
     from rocmpatch.commands.recipe import run_show
 
-    _run(run_show, name=name, as_json=json)
+    _run(run_show, name=name, as_json=as_json)
 
 
-@recipe_app.command("launch")
-def recipe_launch(
-    name: Annotated[str, typer.Argument(help="A recipe name from `rocmpatch recipe list`.")],
-    target: TargetOption,
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs per node.")] = 8,
-    nodes: Annotated[int, typer.Option("--nodes", min=1, help="Number of nodes.")] = 1,
-    slurm: Annotated[bool, typer.Option("--slurm", help="Start with `srun torchrun` inside a Slurm allocation.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command line; run nothing.")] = False,
-    data_path: Annotated[Optional[str], typer.Option("--data-path", metavar="PREFIX", help="Preprocessed data prefix [$DATA_PATH].")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", metavar="MODEL", help="Hugging Face tokenizer name or path [$TOKENIZER_MODEL].")] = None,
-    mock_data: Annotated[bool, typer.Option("--mock-data", help="Synthetic data and a NullTokenizer: no files needed.")] = False,
-) -> None:
-    """Start (or with --dry-run print) torchrun TARGET/pretrain_gpt.py with a recipe's layout for --gpus x --nodes."""
+@recipe.command("launch")
+@RECIPE_NAME
+@target_option
+@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs per node.")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes.")
+@click.option("--slurm", is_flag=True, help="Start with `srun torchrun` inside a Slurm allocation.")
+@click.option("--dry-run", is_flag=True, help="Print the command line; run nothing.")
+@click.option("--data-path", metavar="PREFIX", help="Preprocessed data prefix [$DATA_PATH].")
+@click.option("--tokenizer", metavar="MODEL", help="Hugging Face tokenizer name or path [$TOKENIZER_MODEL].")
+@click.option("--mock-data", is_flag=True, help="Synthetic data and a NullTokenizer: no files needed.")
+def recipe_launch(name, target, gpus, nodes, slurm, dry_run, data_path, tokenizer, mock_data) -> None:
+    """Start (or with --dry-run print) torchrun TARGET/pretrain_gpt.py with a recipe's layout for --gpus x --nodes (NAME: from `rocmpatch recipe list`)."""
     from rocmpatch.commands.recipe import run_launch
 
     _run(run_launch, name=name, target=target, gpus=gpus, nodes=nodes, slurm=slurm, dry_run=dry_run,
@@ -263,9 +279,8 @@ def recipe_launch(
 
 
 @app.command()
-def example(
-    write: Annotated[Optional[Path], typer.Option("--write", metavar="DIR", help="Write pretrain_gpt_rocm.sh into DIR (refused if it exists there).")] = None,
-) -> None:
+@click.option("--write", type=PATH, metavar="DIR", help="Write pretrain_gpt_rocm.sh into DIR (refused if it exists there).")
+def example(write) -> None:
     """Print where the launch script pretrain_gpt_rocm.sh is, or write it into DIR (it is not inside the patched tree)."""
     from rocmpatch.commands.example import run
 

@@ -49,7 +49,7 @@ def project(tmp_path, upstream):
 @pytest.fixture
 def cli(project):
     """Run the rocmpatch CLI in-process against `project`'s series; returns the Click result."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from rocmpatch.cli import app
 

@@ -26,7 +26,7 @@ def real_series(request) -> series.Location:
 @pytest.fixture(scope="module")
 def patched(real_series, upstream_mirror, tmp_path_factory):
     """One patched tree for the module (applying it is the slow part)."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from rocmpatch.cli import app
 
@@ -37,7 +37,7 @@ def patched(real_series, upstream_mirror, tmp_path_factory):
 
 
 def invoke(real_series, *args):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from rocmpatch.cli import app
 

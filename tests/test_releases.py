@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch import gitcmd, releases
 from rocmpatch.operations import locking

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from tests.upstream_history import make_history, write_project

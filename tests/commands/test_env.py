@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from rocmpatch.commands.env import run

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode

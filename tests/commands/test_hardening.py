@@ -155,7 +155,7 @@ def test_bad_lock_wait_is_a_usage_error(cli, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("gpus", ["a;b", "a", "0,0", "²"])
 def test_bad_gpus_is_a_usage_error(tmp_path, gpus):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from rocmpatch.cli import app
 

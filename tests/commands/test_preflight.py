@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode

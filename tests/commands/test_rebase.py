@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch import gitcmd
 from rocmpatch.operations import rebase

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from tests.upstream_history import make_history, write_project

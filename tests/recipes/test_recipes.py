@@ -3,7 +3,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, InvalidInput

@@ -130,7 +130,7 @@ def test_only_listed_op_checks_run():
 
 
 def test_bad_profile_stops_smoke_before_any_stage(tmp_path):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from rocmpatch.cli import app
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from tests.fixtures import location_of
