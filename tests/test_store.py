@@ -60,29 +60,28 @@ def test_file_lock_busy(tmp_path):
         pass
 
 
+class CountingSeries:
+    """A stand-in for committing a series: returns the pin and counts how often it was asked."""
+
+    def __init__(self, upstream) -> None:
+        self.upstream, self.made = upstream, 0
+
+    def __call__(self, repo) -> str:
+        self.made += 1
+        return self.upstream.commit
+
+
 def test_series_head_is_made_once_then_kept(upstream):
-    cache = store.cached_repo(pin(upstream))
-    made = []
-
-    def compute(repo):
-        made.append(1)
-        return upstream.commit
-
+    cache, compute = store.cached_repo(pin(upstream)), CountingSeries(upstream)
     assert store.series_head(cache, "k1", upstream.tree, compute) == upstream.commit
     assert store.series_head(cache, "k1", upstream.tree, compute) == upstream.commit
-    assert len(made) == 1
+    assert compute.made == 1
     assert store.series_head(cache, "k2", upstream.tree, compute) == upstream.commit  # another series
-    assert len(made) == 2
+    assert compute.made == 2
 
 
 def test_kept_series_head_with_another_tree_is_made_again(upstream):
-    cache = store.cached_repo(pin(upstream))
-    made = []
-
-    def compute(repo):
-        made.append(1)
-        return upstream.commit
-
+    cache, compute = store.cached_repo(pin(upstream)), CountingSeries(upstream)
     store.series_head(cache, "k", upstream.tree, compute)
     store.series_head(cache, "k", "0" * 40, compute)  # e.g. a cache entry edited by hand
-    assert len(made) == 2
+    assert compute.made == 2
