@@ -45,8 +45,9 @@ def move_tree(repo: Repo, old_tree: str, new_tree: str) -> None:
 
 def force_tree(repo: Repo, tree: str) -> None:
     """Make index and working tree exactly `tree`, overwriting local changes (used only after
-    the caller checked that nothing of the user's would be lost)."""
-    run(repo, "read-tree", "--reset", "-u", tree)
+    the caller checked that nothing of the user's would be lost). Files are written by one worker
+    per core (git >= 2.32; older ones ignore the setting): a whole checkout is mostly file creation."""
+    run(repo, "-c", "checkout.workers=0", "read-tree", "--reset", "-u", tree)
 
 
 def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, *, message: str = "rocmpatch") -> None:
