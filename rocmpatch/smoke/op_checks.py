@@ -115,6 +115,15 @@ def _core_norm(torch, normalization: str, zero_centered: bool):
     return build
 
 
+def _torch_norm(torch, normalization: str):
+    def build(hidden):
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        return WrappedTorchNorm(_config(torch, normalization=normalization, persist_layer_norm=False), hidden,
+                                eps=1e-5, normalization=normalization)
+    return build
+
+
 def _legacy_norm(zero_centered: bool):
     def build(hidden):
         from megatron.model.fused_layer_norm import MixedFusedLayerNorm
@@ -252,6 +261,52 @@ def _run_grad_accum_linear(torch, api: str, device, dtype):
             ("backward bias", bias.grad, bs.grad)]
 
 
+def _attention_reference(torch, q, k, v, groups, scale, causal, mask, grad):
+    """Attention written out in fp32: GQA groups repeated, scores, mask, softmax, context."""
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    query, key, value = (t.permute(1, 2, 0, 3) for t in (qf, kf.repeat_interleave(groups, dim=2), vf.repeat_interleave(groups, dim=2)))
+    scores = query @ key.transpose(-1, -2) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    context = (scores.softmax(dim=-1) @ value).permute(2, 0, 1, 3).reshape(q.shape[0], q.shape[1], -1)
+    (context * grad).sum().backward()
+    return context, qf.grad, kf.grad, vf.grad
+
+
+def _run_core_attention(torch, variant: str, device, dtype):
+    """megatron.core's DotProductAttention (the attention without Transformer Engine), GQA with 4
+    query heads per key/value head: causal without a mask, or with a boolean padding mask."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    heads, groups, head_dim, seq, batch = 8, 2, 64, 128, 2
+    config = _config(torch, hidden_size=heads * head_dim, num_attention_heads=heads, num_query_groups=groups, attention_dropout=0.0)
+    causal = variant == "causal"
+    layer = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal if causal else AttnMaskType.padding,
+                                attention_type="self").to(device)
+    generator = torch.Generator().manual_seed(11)
+
+    def tensor(*shape):
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype).requires_grad_()
+
+    q, k, v = tensor(seq, batch, heads, head_dim), tensor(seq, batch, groups, head_dim), tensor(seq, batch, groups, head_dim)
+    mask = None
+    if not causal:  # True = masked out: the last keys of the second sample are padding
+        mask = torch.zeros(batch, 1, seq, seq, dtype=torch.bool)
+        mask[1, :, :, seq - 40:] = True
+        mask = mask.to(device)
+    grad = torch.randn(seq, batch, heads * head_dim, generator=generator).to(device)
+    out = layer(q, k, v, attention_mask=mask)
+    if out.dtype != dtype:
+        raise OutOfTolerance(f"output dtype {out.dtype}, expected {dtype}")
+    (out.float() * grad).sum().backward()
+    ref, ref_dq, ref_dk, ref_dv = _attention_reference(torch, q, k, v, heads // groups, head_dim ** -0.5, causal, mask, grad)
+    return [("forward", out, ref), ("backward query", q.grad, ref_dq), ("backward key", k.grad, ref_dk),
+            ("backward value", v.grad, ref_dv)]
+
+
 @dataclass
 class Check:
     name: str
@@ -275,6 +330,8 @@ CORE_OPTIMIZER = "megatron/core/optimizer/__init__.py"
 LEGACY_CLIP = "megatron/optimizer/clip_grads.py"
 CORE_CLIP = "megatron/core/optimizer/clip_grads.py"
 TENSOR_PARALLEL_LAYERS = "megatron/core/tensor_parallel/layers.py"
+CORE_ATTENTION = "megatron/core/transformer/dot_product_attention.py"
+TORCH_NORM = "megatron/core/transformer/torch_norm.py"
 
 
 def _softmax_checks(prefix: str, path: str, module: str, enums: str, variants: tuple[str, ...]) -> tuple[Check, ...]:
@@ -311,6 +368,10 @@ REGISTRY: dict[str, tuple[Check, ...]] = {
                                for api in ("ColumnParallelLinear", "linear_with_grad_accumulation")),
     "legacy-grad-norm-clipping": (Check("grad-norm clipping", LEGACY_CLIP, _run_clip, dtypes=("float32",)),),
     "core-grad-norm-clipping": (Check("core grad-norm clipping", CORE_CLIP, _run_core_clip, dtypes=("float32",)),),
+    "core-torch-norm": tuple(Check(f"core torch {kind}", TORCH_NORM, lambda t, d, x, k=kind: _run_norm(t, _torch_norm(t, k), False, k == "RMSNorm", d, x))
+                             for kind in ("LayerNorm", "RMSNorm")),
+    "core-attention": tuple(Check(f"core attention {variant}", CORE_ATTENTION, lambda t, d, x, v=variant: _run_core_attention(t, v, d, x))
+                            for variant in ("causal", "padding")),
 }
 
 

@@ -1,0 +1,37 @@
+"""core_v0.19.0: smoke's ops stage, as its release.yaml lists it, on the pin's megatron/ (the wheel's
+bytes) with the series applied, on the CPU; and without patch torch-norm-sp, where the torch norm
+check must fail naming the file and the patch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rocmpatch.smoke.runner import Plan, run_stages
+from tests.fixtures import location_of
+from tests.smoke.trees import without_patch
+
+pytest.importorskip("torch")
+
+PATCHSETS = Path(__file__).resolve().parents[3] / "patchsets" / "core_v0.19.0"
+
+
+def ops_stage(tree: Path):
+    (ops,) = run_stages(Plan(tree, device="cpu", stages=("ops",), series=location_of(PATCHSETS)))
+    return ops
+
+
+def test_patched_tree_passes_every_listed_op_check(tree019):
+    ops = ops_stage(tree019)
+    assert ops.status == "passed", ops.detail
+    passed = {c["check"] for c in ops.extra["cases"] if c["status"] == "passed"}
+    assert {"core torch LayerNorm", "core torch RMSNorm", "core attention causal", "core attention padding",
+            "core optimizer Adam step", "core grad-norm clipping"} <= passed
+
+
+def test_tree_without_torch_norm_sp_fails_naming_file_and_patch(tree019, tmp_path):
+    ops = ops_stage(without_patch(tree019, PATCHSETS, "torch-norm-sp", tmp_path / "tree"))
+    assert ops.status == "failed"
+    assert "core torch LayerNorm" in ops.detail and "sequence_parallel attribute" in ops.detail
+    assert "megatron/core/transformer/torch_norm.py is changed by patch" in ops.detail and "torch-norm-sp" in ops.detail
