@@ -11,6 +11,7 @@ from pathlib import Path
 from rocmpatch.smoke import blame, train
 from rocmpatch.smoke.profile import load_profile
 from rocmpatch.smoke.runner import Plan, last_result, run_child, run_stages, child_env
+from tests.cli_process import default_sigint
 from tests.fixtures import location_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def test_ctrl_c_stops_the_running_stage_and_exits_130(tmp_path):
             " profile=load_profile(Path(sys.argv[2]))))\n"
             "except Interrupted as stop:\n    print([(r.name, r.status, r.detail) for r in stop.results]); sys.exit(130)\n")
     process = subprocess.Popen([sys.executable, "-c", code, str(tree), str(RELEASE_0_5_0)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                               env=child_env(None), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               env=child_env(None), preexec_fn=default_sigint)
     for _ in range(200):
         if marker.exists() and marker.read_text():
             break
