@@ -42,6 +42,10 @@ def json_option(command: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (format in docs/commands.md).")(command)
 
 
+def nodes_option(command: Callable) -> Callable:
+    return click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes.")(command)
+
+
 def _run(command: Callable[..., ExitCode], **kwargs) -> None:
     from rocmpatch.error_handler import handled
 
@@ -218,7 +222,7 @@ def env(as_json, export) -> None:
 
 @app.command()
 @click.option("--gpus", type=click.IntRange(min=1), help="Processes (GPUs) per node [every visible GPU with --run, else 8].")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes.")
+@nodes_option
 @click.option("--slurm", is_flag=True, help="Print the `srun torchrun` line for a Slurm allocation.")
 @click.option("--run", "launch", is_flag=True, help="Start it on this node now (torchrun --standalone) instead of printing the line.")
 @click.option("--device", type=click.Choice(["auto", "gpu", "cpu"]), default="auto", show_default=True, help="auto: the GPUs of this torch build, else the CPU with gloo.")
@@ -264,7 +268,7 @@ def recipe_show(name, as_json) -> None:
 @RECIPE_NAME
 @target_option
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs per node.")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes.")
+@nodes_option
 @click.option("--slurm", is_flag=True, help="Start with `srun torchrun` inside a Slurm allocation.")
 @click.option("--dry-run", is_flag=True, help="Print the command line; run nothing.")
 @click.option("--data-path", metavar="PREFIX", help="Preprocessed data prefix [$DATA_PATH].")

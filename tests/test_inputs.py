@@ -19,13 +19,6 @@ def test_duplicate_key_in_lock_is_an_error(project):
         load_lock_file(project.lock_path)
 
 
-def test_duplicate_key_in_series_is_an_error(project):
-    path = project.series_dir / "series.yaml"
-    path.write_text(path.read_text().replace("  origin: rocmpatch", "  origin: rocmpatch\n  origin: elsewhere", 1))
-    with pytest.raises(InvalidInput, match=r"series.yaml:\d+: duplicate key 'origin'"):
-        load_series(project.series_dir)
-
-
 @pytest.mark.parametrize("text", [
     "a: &a [*a]\n",  # self-referencing alias
     "version: 1\nx: &x [1, 2]\ny: *x\n",

@@ -14,10 +14,14 @@ def test_ref_where_commit_belongs(project):
         load_lock_file(project.lock_path)
 
 
-def test_unknown_key_in_series(project):
+@pytest.mark.parametrize("added, error", [
+    ("  colour: blue", r"series.yaml:\d+: series\[0\].colour: unknown key"),
+    ("  origin: elsewhere", r"series.yaml:\d+: duplicate key 'origin'"),  # the last would win silently
+])
+def test_bad_key_in_series_entry(project, added, error):
     path = project.series_dir / "series.yaml"
-    path.write_text(path.read_text().replace("  origin: rocmpatch", "  origin: rocmpatch\n  colour: blue", 1))
-    with pytest.raises(InvalidInput, match=r"series.yaml:\d+: series\[0\].colour: unknown key"):
+    path.write_text(path.read_text().replace("  origin: rocmpatch", f"  origin: rocmpatch\n{added}", 1))
+    with pytest.raises(InvalidInput, match=error):
         load_series(project.series_dir)
 
 

@@ -155,8 +155,7 @@ class Repo:
             self._batch_errors.seek(0)
             errors = self._batch_errors.read()
         self.close()
-        fatal = [line for line in errors.decode("utf-8", "replace").splitlines() if line.startswith("fatal:")]
-        return UpstreamError(f"git cat-file failed: {fatal[-1] if fatal else _last_line(errors)}")
+        return UpstreamError(f"git cat-file failed: {_last_line(errors)}")
 
     def close(self) -> None:
         """End the batch process (a later lookup starts a new one)."""

@@ -325,15 +325,24 @@ def carried_release_info(text: str, source_release: str) -> str:
                    "validated: []\n")
     root = yaml.compose(text, Loader=YAML_LOADER)
     lines = text.splitlines(keepends=True)
-    for index, (key, value) in enumerate(root.value if root is not None and isinstance(root.value, list) else []):
+    pairs = root.value if root is not None and isinstance(root.value, list) else []
+    keys = [key for key, _ in pairs]
+    for index, (key, value) in enumerate(pairs):
         if key.value != "validated":
             continue
-        pairs = root.value
-        end = pairs[index + 1][0].start_mark.line if index + 1 < len(pairs) else value.end_mark.line + (value.end_mark.column > 0)
-        while end - 1 > key.start_mark.line and lines[end - 1].strip()[:1] in ("#", ""):
+        start, end = _line_span(keys, index, value)
+        while end - 1 > start and lines[end - 1].strip()[:1] in ("#", ""):
             end -= 1  # comments before the next key belong to it
-        return "".join(lines[:key.start_mark.line]) + replacement + "".join(lines[end:])
+        return "".join(lines[:start]) + replacement + "".join(lines[end:])
     return replacement + text
+
+
+def _line_span(starts: list, index: int, last) -> tuple[int, int]:
+    """Lines [start, end) of the index-th of consecutive YAML nodes (`starts`, where each begins):
+    up to where the next begins, or for the last one to the end of `last` (its value)."""
+    if index + 1 < len(starts):
+        return starts[index].start_mark.line, starts[index + 1].start_mark.line
+    return starts[index].start_mark.line, last.end_mark.line + (last.end_mark.column > 0)
 
 
 def without_entries(text: str, names: set[str]) -> str:
@@ -347,6 +356,5 @@ def without_entries(text: str, names: set[str]) -> str:
     for index, item in enumerate(items):
         name = dict((k.value, v.value) for k, v in item.value).get("name")
         if name in names:
-            end = items[index + 1].start_mark.line if index + 1 < len(items) else item.end_mark.line + (item.end_mark.column > 0)
-            cut.update(range(item.start_mark.line, end))
+            cut.update(range(*_line_span(items, index, item)))
     return "".join(line for number, line in enumerate(lines) if number not in cut)
