@@ -50,6 +50,10 @@ def _run(command: Callable[..., ExitCode], **kwargs) -> None:
     from rocmpatch.error_handler import handled
 
     with handled():
+        if isinstance(kwargs.get("target"), Path):  # every --target command refuses the same paths
+            from rocmpatch.target import refuse_unusable_path
+
+            refuse_unusable_path(kwargs["target"])
         code = command(**kwargs)
     raise click.exceptions.Exit(int(code))
 
@@ -292,4 +296,7 @@ def example(write) -> None:
 
 
 def main() -> None:
+    from rocmpatch.console import tolerate_any_encoding
+
+    tolerate_any_encoding()
     app(prog_name="rocmpatch")

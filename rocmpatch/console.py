@@ -38,6 +38,16 @@ class LazyConsole:
         self.rich.print(*objects, markup=markup, **options)
 
 
+def tolerate_any_encoding() -> None:
+    """A path the terminal's encoding cannot show (LANG=C, PYTHONIOENCODING=ascii, or a name that
+    is not UTF-8) is printed with backslash escapes (\\xfc) instead of ending the command."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass  # not a text file of ours (a test's capture): it keeps its own policy
+
+
 out = LazyConsole()
 err = LazyConsole(stderr=True)
 

@@ -45,16 +45,34 @@ def write_crash_log(exc: BaseException) -> Path:
     raise OSError("no writable directory for the crash log")
 
 
+NO_SPACE = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+            errno.EFBIG: "file too large (the file size limit, ulimit -f)"}
+
+
 def as_user_error(exc: BaseException) -> BaseException:
     """Failures of the machine rather than of rocmpatch, as the error the user can act on: a path
-    we may not write or read. (A missing git is already one: rocmpatch.gitcmd raises EnvironmentProblem.)"""
-    from rocmpatch.errors import EnvironmentProblem
+    we may not write or read, a full disk. (A missing git, or a git that found the disk full, is
+    already one: rocmpatch.gitcmd raises EnvironmentProblem.)"""
+    from rocmpatch.errors import NO_SPACE_HINT, EnvironmentProblem
 
-    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
+    if not isinstance(exc, OSError):
+        return exc
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
         what = "not writable: read-only file system" if exc.errno == errno.EROFS else "permission denied"
         return EnvironmentProblem(f"{exc.filename}: {what}",
                                   hint="rocmpatch writes its cache under $ROCMPATCH_CACHE_DIR (else $XDG_CACHE_HOME or ~/.cache) and the target; make that path writable or point the variable elsewhere")
+    if exc.errno in NO_SPACE:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return EnvironmentProblem(f"{where}cannot write: {NO_SPACE[exc.errno]}", hint=NO_SPACE_HINT)
+    if exc.errno == errno.ENAMETOOLONG and exc.filename:
+        return EnvironmentProblem(f"{_shortened(os.fsdecode(exc.filename))}: file name too long for this system",
+                                  hint="use shorter paths (--target, ROCMPATCH_CACHE_DIR, TMPDIR)")
     return exc
+
+
+def _shortened(text: str, keep: int = 120) -> str:
+    """A path short enough for one line: its start and end."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}...{text[-keep:]}"
 
 
 def report(exc: BaseException) -> ExitCode:

@@ -23,6 +23,9 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+NO_SPACE_HINT = "free space on that file system (or raise the quota, or `ulimit -f`), then rerun; nothing half-written is kept"
+
+
 class RocmpatchError(Exception):
     """A failure the user can act on: printed as one line, mapped to `exit_code`."""
 

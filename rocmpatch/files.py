@@ -18,6 +18,18 @@ from typing import Iterator
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An OSError raised while writing `path` names it (a failed write() names no file), so the
+    one-line error says which file could not be written (a full disk: error_handler.as_user_error)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise
+
+
 def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
     """Write `data` beside `path`, then rename it over `path` (atomic on POSIX).
 
@@ -27,7 +39,7 @@ def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
     `durable` also syncs the data to disk first, for records that must survive a crash (the journal)."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rocmpatch-tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "wb") as stream:
+        with naming(temporary), os.fdopen(handle, "wb") as stream:
             stream.write(data)
             if durable:
                 stream.flush()
@@ -39,13 +51,27 @@ def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
         raise
 
 
-def create_new_file(path: Path, data: bytes) -> None:
-    """Write a file that must not exist yet (O_EXCL | O_NOFOLLOW), synced to disk."""
-    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
-    with os.fdopen(handle, "wb") as stream:
-        stream.write(data)
-        stream.flush()
-        os.fsync(stream.fileno())
+def create_new_file(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write a file that must not exist yet (O_EXCL | O_NOFOLLOW: a symlink at its name, even a
+    dangling one, is refused, never written through), synced to disk. A failed write removes it."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, mode)
+    try:
+        with naming(path), os.fdopen(handle, "wb") as stream:
+            os.fchmod(stream.fileno(), mode)  # the umask may have taken bits away at creation
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
+def current_umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def open_lock_file(path: Path):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import UpstreamError
+from rocmpatch.errors import EnvironmentProblem, UpstreamError
 from rocmpatch.files import file_lock
 from rocmpatch.schema import Upstream
 
@@ -32,6 +32,16 @@ def cache_dir() -> Path:
         return Path(os.environ[CACHE_DIR_VARIABLE]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "rocmpatch"
+
+
+def _make_directory(path: Path) -> None:
+    """mkdir -p inside the cache; EnvironmentProblem (exit 8) when the cache, or a folder of it,
+    is a file."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise EnvironmentProblem(f"{path}: cannot be created, the rocmpatch cache {cache_dir()} (or a folder in it) is not a directory",
+                                 hint=f"point {CACHE_DIR_VARIABLE} at a directory, or move that file away") from None
 
 
 def upstream_url(upstream: Upstream, override: str | None = None) -> str:
@@ -68,7 +78,7 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     if path.is_dir():
         return _verified(gitcmd.open_repo(path), upstream, path)
     url = upstream_url(upstream, url_override)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_directory(path.parent)
     with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the cache entry {path}"):
         if path.is_dir():  # another process filled it while we waited
             return _verified(gitcmd.open_repo(path), upstream, path)
@@ -174,7 +184,7 @@ def history_repo(url: str, revs: list[str]) -> tuple[gitcmd.Repo, dict[str, str]
         repo = gitcmd.open_repo(local)
         return repo, {rev: _resolved(repo, rev, url) for rev in revs}
     path = history_path(url)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_directory(path.parent)
     with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the history cache {path}"):
         repo = gitcmd.open_repo(path) if path.is_dir() else gitcmd.init_repo(path, bare=True)
         commits = {}

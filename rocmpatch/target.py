@@ -29,6 +29,41 @@ SIGNAL_VARIABLE = "ROCMPATCH_TEST_SIGNAL"  # tests: which signal (INT, KILL); IN
 ANNOUNCE_VARIABLE = "ROCMPATCH_TEST_ANNOUNCE"  # tests: say "rocmpatch-test: at NAME" on stderr at each point
 
 
+# Room a checkout needs below its top (Megatron's deepest paths, .git's own) and beside it (apply
+# builds a new target as `.NAME.<pid>.<random>.rocmpatch-partial` in the same directory).
+TREE_ROOM = 512
+BUILD_NAME_ROOM = 40
+
+
+def refuse_unusable_path(directory: Path) -> None:
+    """UsageError, before anything is created, for a --target no checkout can live at: a line break
+    in it (git's own listings and the tools around it are line based; such a checkout would be
+    made, then refused by every later command), or a path so long that git could not write the
+    tree's files below it."""
+    text = os.fsencode(os.path.abspath(directory))
+    if b"\n" in text or b"\r" in text:
+        raise UsageError(f"--target {str(directory)!r}: the path holds a line break; nothing was done",
+                         hint="choose a directory whose path has no line break")
+    existing = Path(os.path.abspath(directory))
+    while not os.path.isdir(existing) and existing != existing.parent:  # False for a name too long, too
+        existing = existing.parent
+    path_max, name_max = _limit(existing, "PC_PATH_MAX", 4096), _limit(existing, "PC_NAME_MAX", 255)
+    names = text.rstrip(b"/").split(b"/")
+    if len(text) + TREE_ROOM > path_max or max(map(len, names)) > name_max or len(names[-1]) + BUILD_NAME_ROOM > name_max:
+        shown = text.decode("utf-8", "surrogateescape")
+        shown = shown if len(shown) <= 100 else f"{shown[:48]}...{shown[-48:]}"
+        raise UsageError(f"--target {shown}: the path is too long ({len(text)} bytes, its last name {len(names[-1])}); "
+                         f"a checkout needs a path under {path_max - TREE_ROOM} bytes and a last name under "
+                         f"{name_max - BUILD_NAME_ROOM}; nothing was done", hint="choose a shorter path")
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(path, name)
+    except (OSError, ValueError):
+        return default
+
+
 def open_target(directory: Path) -> gitcmd.Repo:
     """The target checkout at `directory`: a git repository with a working tree, given by its top."""
     repo = gitcmd.open_repo(directory)

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 from pathlib import Path
 
 from rocmpatch.console import out
 from rocmpatch.errors import EnvironmentProblem, ExitCode, UsageError
+from rocmpatch.files import create_new_file, current_umask
 from rocmpatch.series import BUNDLED_DIR, PACKAGE_DIR
 
 SCRIPT = "pretrain_gpt_rocm.sh"
@@ -27,12 +28,16 @@ def run(*, write: Path | None) -> ExitCode:
         out.print(str(source), markup=False)
         return ExitCode.OK
     destination = write / SCRIPT
-    if destination.exists():
-        raise UsageError(f"{destination} already exists; nothing was written",
-                         hint="remove it or choose another directory")
+    exists = UsageError(f"{destination} already exists (a file or a symlink); nothing was written",
+                        hint="remove it or choose another directory")
+    if os.path.lexists(destination):
+        raise exists
     write.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, destination)
-    destination.chmod(0o755)
+    try:
+        # Never through a symlink at that name: O_EXCL | O_NOFOLLOW refuse one, even dangling.
+        create_new_file(destination, source.read_bytes(), mode=0o755 & ~current_umask())
+    except FileExistsError:
+        raise exists from None
     out.print(f"wrote {destination}: run it from outside the patched tree, with --megatron-dir <tree> "
               f"(--help lists every option)", markup=False)
     return ExitCode.OK

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from rocmpatch.errors import EnvironmentProblem, TargetRefused, UpstreamError
+from rocmpatch.errors import NO_SPACE_HINT, EnvironmentProblem, TargetRefused, UpstreamError
 
 # Variables a parent git process (a hook, `git rebase -x`) leaves behind would point our git
 # calls at the wrong repository. Credentials and transport settings are kept (and GitPython's
@@ -85,8 +86,26 @@ class GitFailed(Exception):
         super().__init__(f"git {_subcommand(args)} exited with status {status}")
         self.command, self.status, self.stderr = list(args), status, stderr
 
-    def one_line(self) -> UpstreamError:
-        return UpstreamError(f"git {_subcommand(self.command)} failed: {_last_line(self.stderr)}")
+    def one_line(self) -> UpstreamError | EnvironmentProblem:
+        return self.disk_trouble() or UpstreamError(f"git {_subcommand(self.command)} failed: {_last_line(self.stderr)}")
+
+    def disk_trouble(self) -> EnvironmentProblem | None:
+        """A git that could not write for want of space (a full disk, a quota, `ulimit -f`), as
+        the machine's problem (exit 8) rather than the upstream's. git runs with LC_ALL=C, so the
+        system's message is in English; SIGXFSZ is how the file size limit stops a process."""
+        text = self.stderr.decode("utf-8", "replace") if isinstance(self.stderr, bytes) else (self.stderr or "")
+        if self.status == -signal.SIGXFSZ or f"died of signal {int(signal.SIGXFSZ)}" in text:  # git, or a git it ran
+            reason = "stopped by the file size limit (ulimit -f)"
+        else:
+            found = next((line.strip() for line in text.splitlines() if any(cause in line for cause in _NO_SPACE)), None)
+            if found is None:
+                return None
+            reason = found
+        return EnvironmentProblem(f"git {_subcommand(self.command)} could not write: {reason}", hint=NO_SPACE_HINT)
+
+
+# What the C library says in the C locale (git's here) when a write finds no room: ENOSPC, EDQUOT, EFBIG.
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large")
 
 
 class Repo:

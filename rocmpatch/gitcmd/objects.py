@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from rocmpatch.files import naming
 from rocmpatch.gitcmd.core import Repo, read_object, run_bytes
 
 SYMLINK_MODE = 0o120000
@@ -84,7 +85,7 @@ def write_object(repo: Repo, kind: str, data: bytes) -> str:
     os.makedirs(directory, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix="tmp_obj_", dir=directory)  # git's name: gc removes strays
     try:
-        with os.fdopen(handle, "wb") as out:
+        with naming(path), os.fdopen(handle, "wb") as out:
             compressor = zlib.compressobj(zlib.Z_BEST_SPEED)
             out.write(compressor.compress(header))
             out.write(compressor.compress(data))

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rocmpatch.errors import UpstreamError
+from rocmpatch.files import naming
 from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _execute, _last_line, _not_started, run
 
 _TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
@@ -81,7 +82,8 @@ def _link_or_copy(source: Path, destination: Path) -> None:
         except (FileNotFoundError, FileExistsError):
             raise
         except OSError:  # another file system, or a file we may read but not link (fs.protected_hardlinks)
-            shutil.copyfile(source, destination)
+            with naming(destination):
+                shutil.copyfile(source, destination)
     except FileExistsError:
         pass  # objects are named by their content: the same file
     except FileNotFoundError:
@@ -136,4 +138,4 @@ def _fetch_errors(what: str, url: str, *, hint: str):
     try:
         yield
     except GitFailed as exc:
-        raise UpstreamError(f"could not fetch {what} from {url}: {_last_line(exc.stderr)}", hint=hint) from None
+        raise exc.disk_trouble() or UpstreamError(f"could not fetch {what} from {url}: {_last_line(exc.stderr)}", hint=hint) from None

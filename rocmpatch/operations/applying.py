@@ -19,6 +19,7 @@ from rocmpatch import gitcmd, history, store, target
 from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
 from rocmpatch.errors import InvalidInput, TargetRefused
+from rocmpatch.files import current_umask
 from rocmpatch.schema import Lock
 from rocmpatch.series import LOCK_HINT, LoadedPatch, LoadedSeries
 from rocmpatch.trees import Step, patch_trees
@@ -75,7 +76,7 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
     # The owner's pid in the name tells a later run whether this is a leftover of a dead process.
     building = Path(tempfile.mkdtemp(prefix=f".{directory.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX, dir=directory.parent))
     try:
-        os.chmod(building, 0o777 & ~_umask())  # mkdtemp made it 0700; a checkout gets the umask's mode
+        os.chmod(building, 0o777 & ~current_umask())  # mkdtemp made it 0700; a checkout gets the umask's mode
         if series_head is not None:
             repo = target.materialize(building, cache, series_head, lock.upstream.url, message="rocmpatch apply: the pin plus the series")
             result.applied, result.head = [p.name for p in loaded.patches], series_head
@@ -118,12 +119,6 @@ def _done(directory, head: str | None) -> None:
 
 PARTIAL_SUFFIX = ".rocmpatch-partial"
 STALE_UNOWNED_SECONDS = 24 * 3600  # a partial directory without an owner pid (older versions)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _remove_stale_partials(directory: Path) -> None:

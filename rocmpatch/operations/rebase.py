@@ -37,7 +37,7 @@ from rocmpatch.errors import (
     RocmpatchError,
     TargetRefused,
 )
-from rocmpatch.files import replace_file
+from rocmpatch.files import MAX_TEXT_FILE, read_regular_file, replace_file
 from rocmpatch.gitcmd import Identity
 from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, YAML_LOADER, Series
 from rocmpatch.series import LoadedPatch, LoadedSeries, Location, loaded_patch
@@ -275,10 +275,31 @@ def _load(project: Path, release: str) -> tuple[Path, State]:
     path = directory / "state.json"
     if not path.is_file():
         raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
-    data = json.loads(path.read_text())
-    data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
-    data.setdefault("into", None)
-    return directory, State(**data)
+    try:
+        data = json.loads(read_regular_file(path, limit=MAX_TEXT_FILE, what="rebase state"))
+        data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
+        data.setdefault("into", None)
+        state = State(**data)
+        _check_types(state)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSON, missing or unknown keys, wrong types
+        raise InvalidInput(path, f"not a rebase state rocmpatch wrote ({type(exc).__name__}: {exc})",
+                           hint="run 'rocmpatch rebase --abort' (the series and upstream.lock are as they were), then start again") from None
+    return directory, state
+
+
+def _check_types(state: State) -> None:
+    """ValueError when a field of a loaded state.json has the wrong type (JSON gives any)."""
+    text = (state.onto, state.onto_ref, state.url, state.source_objects, state.tip)
+    if not all(isinstance(value, str) for value in text) or not isinstance(state.into, (str, type(None))):
+        raise ValueError("a text field is not a string")
+    if not isinstance(state.series_sha256, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in state.series_sha256.items()):
+        raise ValueError("series_sha256 is not a map of strings")
+    if not isinstance(state.originals, list) or not all(isinstance(c, str) for c in state.originals):
+        raise ValueError("originals is not a list of commits")
+    if not isinstance(state.rebased, list) or not all(isinstance(c, (str, type(None))) for c in state.rebased):
+        raise ValueError("rebased is not a list of commits")
+    if not state.outcomes or not all(isinstance(o.name, str) and isinstance(o.result, str) and isinstance(o.files, list) for o in state.outcomes):
+        raise ValueError("outcomes is empty or malformed")
 
 
 def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
