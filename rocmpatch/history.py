@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
-from rocmpatch import gitcmd
+from rocmpatch import gitcmd, trees
 from rocmpatch.errors import TargetRefused
 from rocmpatch.series import LoadedPatch
+from rocmpatch.trees import Amended
 
 NAME_TRAILER = "Rocmpatch-Patch"
 SHA_TRAILER = "Rocmpatch-Patch-Sha256"
@@ -104,15 +105,57 @@ def commit_patch(repo: gitcmd.Repo, loaded: LoadedPatch, tree: str, parent: str,
     return gitcmd.commit_tree(repo, tree, parent, message, identity, trailers)
 
 
-def refuse_user_commits(repo: gitcmd.Repo, state: History) -> None:
-    """TargetRefused naming the user's commits on top of the series and how to keep them."""
-    if not state.user_commits:
-        return
+def first_amended(repo: gitcmd.Repo, state: History, patches: Sequence[LoadedPatch], patched_tree: str | None = None) -> Amended | None:
+    """The first commit of the series in `state` whose change is not exactly its patch's (a user's
+    edit amended into it): the user's work, even though it carries our trailers. Only the commits
+    whose name and sha256 are the series' own at that place can be checked, from the base up.
+
+    `patched_tree` (the lock's): a whole series whose last commit has exactly that tree holds
+    nothing of the user's (nothing would be lost going back to the pin), so it is not searched."""
+    if patched_tree and len(state.applied) == len(patches) and state.applied \
+            and [(a.name, a.sha256) for a in state.applied] == [(p.name, p.sha256) for p in patches] \
+            and gitcmd.tree_of(repo, state.applied[-1].commit) == patched_tree:
+        return None
+    same = 0
+    for applied, loaded in zip(state.applied, patches):
+        if (applied.name, applied.sha256) != (loaded.name, loaded.sha256):
+            break
+        same += 1
+    if not same or state.base is None:
+        return None
+    return trees.first_amended(repo, state.base, [a.commit for a in state.applied[:same]], patches[:same])
+
+
+def series_tree(repo: gitcmd.Repo, state: History, patches: Sequence[LoadedPatch], amended: Amended | None) -> str:
+    """The tree the series gives for the patches `state` has applied (written to repo): the top
+    rocmpatch commit's tree, unless a commit below it was amended, then the patches from there on
+    applied again to the last commit that is exactly the series'."""
+    if amended is None:
+        return gitcmd.tree_of(repo, state.series_head)
+    parent = state.applied[amended.index - 1].commit if amended.index else state.base
+    applier = trees.SeriesApplier(repo, gitcmd.tree_of(repo, parent))
+    for loaded in patches[amended.index:len(state.applied)]:
+        applier.apply(loaded)
+    return applier.tree()
+
+
+def refuse_user_work(repo: gitcmd.Repo, state: History, amended: Amended | None = None) -> None:
+    """TargetRefused naming the user's commits on top of the series, or the series commit a user's
+    edit was amended into, and how to keep them."""
     directory = repo.working_tree_dir
-    count = len(state.user_commits)
-    subject = gitcmd.commit_info(repo, state.user_commits[0]).subject
-    raise TargetRefused(
-        f"{directory}: has {count} commit(s) of your own on top of the series (HEAD {state.user_commits[0][:12]} {subject!r}); nothing was changed",
-        hint=f"save them with 'git -C {directory} format-patch -o <dir> {state.series_head}..HEAD' (or add them to the series as a patch), "
-             f"then 'git -C {directory} reset --hard {state.series_head}' and rerun",
-    )
+    saving = "'rocmpatch unapply --force' saves it all as one patch file and goes back to the pin (then 'rocmpatch apply' and 'git apply' that file); or "
+    if state.user_commits:
+        count = len(state.user_commits)
+        subject = gitcmd.commit_info(repo, state.user_commits[0]).subject
+        raise TargetRefused(
+            f"{directory}: has {count} commit(s) of your own on top of the series (HEAD {state.user_commits[0][:12]} {subject!r}); nothing was changed",
+            hint=saving + f"save them with 'git -C {directory} format-patch -o <dir> {state.series_head}..HEAD' (or add them to the series as a patch), "
+                          f"then 'git -C {directory} reset --hard {state.series_head}' and rerun",
+        )
+    if amended is not None:
+        paths = ", ".join(amended.paths[:5]) + (f" and {len(amended.paths) - 5} more" if len(amended.paths) > 5 else "")
+        raise TargetRefused(
+            f"{directory}: the commit of patch {amended.name} ({amended.commit[:12]}) holds changes that are not the patch's ({paths}): "
+            "an edit amended into it is yours, not the series'; nothing was changed",
+            hint=saving + f"'git -C {directory} show {amended.commit[:12]}' shows it",
+        )

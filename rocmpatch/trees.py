@@ -7,10 +7,10 @@ target is touched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import InvalidInput
+from rocmpatch.errors import InvalidInput, RocmpatchError
 from rocmpatch.patching import Overlay, apply_patch
 from rocmpatch.series import LoadedPatch
 
@@ -42,9 +42,7 @@ class SeriesApplier:
         changes = apply_patch(loaded.patch, self.read)
         self.overlay.update(changes)
         self._unwritten.update(changes)
-        for file_patch in loaded.patch.files:
-            if file_patch.old_path is None and file_patch.new_path:
-                self.modes[file_patch.new_path] = int(file_patch.new_mode, 8)
+        self.modes.update(new_file_modes(loaded))
 
     def _refuse_new_symlinks(self, loaded: LoadedPatch) -> None:
         """Nor through a symlink an earlier patch of the series added."""
@@ -86,4 +84,90 @@ def touched_by(patches: Iterable[LoadedPatch]) -> dict[str, list[str]]:
     for loaded in patches:
         for path in loaded.patch.paths:
             found.setdefault(path, []).append(loaded.name)
+    return found
+
+
+def new_file_modes(loaded: LoadedPatch) -> dict[str, int]:
+    """The modes of the files a patch creates (an existing file keeps its mode)."""
+    return {f.new_path: int(f.new_mode, 8) for f in loaded.patch.files if f.old_path is None and f.new_path}
+
+
+@dataclass(frozen=True)
+class Amended:
+    """A commit that carries a patch's trailers but whose change is not (only) that patch's: a
+    user's edit amended into it, or a commit rewritten by hand."""
+
+    index: int  # its place in the series (0: the first patch)
+    name: str
+    commit: str
+    paths: tuple[str, ...]  # where it differs from what the patch gives
+
+
+def first_amended(repo: gitcmd.Repo, base: str, commits: Sequence[str], patches: Sequence[LoadedPatch]) -> Amended | None:
+    """The first of `commits` (the series' commits on `base`, oldest first; commits[i] carrying
+    patches[i]) whose change from its parent is not exactly its patch applied to that parent.
+
+    Read-only and cheap: one `git diff-tree --stdin` lists every commit's changed entries, and only
+    the files each patch touches are read and patched (through cat-file), never a whole tree, so
+    apply, unapply and status can afford it on every run. Later commits are built on the first
+    amended one, so the search stops there."""
+    parents = [base, *commits[:-1]]
+    listed = _changed_entries(repo, list(zip(commits, parents)))
+    for index, (commit, parent, loaded) in enumerate(zip(commits, parents, patches)):
+        read = _reader(repo, parent)
+        try:
+            changes = apply_patch(loaded.patch, read)
+        except RocmpatchError:  # the patch does not even apply to the parent: not its commit
+            return Amended(index, loaded.name, commit, tuple(loaded.patch.paths))
+        modes = new_file_modes(loaded)
+        expected: dict[str, tuple[int, str] | None] = {}
+        for path, data in changes.items():
+            if data != read(path):
+                expected[path] = None if data is None else (modes.get(path, 0), gitcmd.blob_id(data))
+        actual = listed.get(commit, {})
+        differing = sorted(path for path in expected.keys() | actual.keys()
+                           if path not in actual or path not in expected or not _same(expected[path], actual[path]))
+        if differing:
+            return Amended(index, loaded.name, commit, tuple(differing))
+    return None
+
+
+def _same(expected: tuple[int, str] | None, actual: tuple[int, int, str]) -> bool:
+    """Whether a changed entry (old mode, new mode, new id; new mode 0 when deleted) is what the
+    patch gives: the same content, a new file with the patch's mode, an existing one keeping its mode."""
+    old_mode, new_mode, new_id = actual
+    if expected is None:
+        return new_mode == 0
+    mode, blob = expected
+    return new_id == blob and new_mode == (old_mode or mode or gitcmd.REGULAR_MODE)
+
+
+def _reader(repo: gitcmd.Repo, commit: str):
+    """The regular files of `commit`, read one by one (None: not a file there)."""
+    cache: dict[str, bytes | None] = {}
+
+    def read(path: str) -> bytes | None:
+        if path not in cache:
+            found = repo.read_object(f"{commit}:{path}")
+            cache[path] = found[2] if found is not None and found[1] == "blob" else None
+        return cache[path]
+
+    return read
+
+
+def _changed_entries(repo: gitcmd.Repo, pairs: list[tuple[str, str]]) -> dict[str, dict[str, tuple[int, int, str]]]:
+    """{commit: {path: (old mode, new mode, new blob id)}} for each (commit, parent) pair."""
+    if not pairs:
+        return {}
+    out = gitcmd.run_bytes(repo, "diff-tree", "--stdin", "--always", "-r", "-z", "--no-renames",
+                           stdin="".join(f"{commit} {parent}\n" for commit, parent in pairs).encode())
+    found: dict[str, dict[str, tuple[int, int, str]]] = {}
+    current: dict[str, tuple[int, int, str]] = {}
+    fields = iter(out.split(b"\0"))
+    for field in fields:
+        if field.startswith(b":"):  # ":old_mode new_mode old_id new_id status", then the path
+            old_mode, new_mode, _, new_id, _ = field[1:].decode().split(" ")
+            current[next(fields).decode("utf-8", "surrogateescape")] = (int(old_mode, 8), int(new_mode, 8), new_id)
+        elif field.strip():
+            current = found.setdefault(field.strip().decode(), {})
     return found

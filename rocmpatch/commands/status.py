@@ -21,7 +21,7 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | 
         out.print(f"warning: {target} is based on {report.base}, not the pin {report.pin}", markup=False)
     if report.user_commits:
         out.print(f"{len(report.user_commits)} commit(s) of your own on top of the series (HEAD {report.head}); "
-                  "apply and unapply refuse until you save them (git format-patch) and reset to the series", markup=False)
+                  "apply and unapply refuse until you save them ('unapply --force' or git format-patch) and reset to the series", markup=False)
     if report.interrupted:
         out.print(f"an interrupted 'rocmpatch {report.interrupted}' is pending: run 'rocmpatch apply' or 'rocmpatch unapply'", markup=False)
     if report.uncommitted:

@@ -55,6 +55,7 @@ from rocmpatch.gitcmd.objects import (
     SYMLINK_MODE,
     Entry,
     TreeReader,
+    blob_id,
     has_object,
     list_tree,
     paths_at,
@@ -82,7 +83,7 @@ from rocmpatch.gitcmd.working_tree import (
 __all__ = [
     "GITLINK_MODE", "REGULAR_MODE", "SYMLINK_MODE",
     "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "Repo", "TreeReader",
-    "add_worktree", "changed_paths", "check_url", "commit_date", "commit_info", "commit_links",
+    "add_worktree", "blob_id", "changed_paths", "check_url", "commit_date", "commit_info", "commit_links",
     "commit_tree", "copy_objects", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
     "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "init_borrowing_repo",
     "init_repo", "is_ancestor", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree",

@@ -71,6 +71,11 @@ def write_blob(repo: Repo, data: bytes) -> str:
     return write_object(repo, "blob", data)
 
 
+def blob_id(data: bytes) -> str:
+    """The id git gives `data` as a blob, computed here (nothing is written)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def write_object(repo: Repo, kind: str, data: bytes) -> str:
     """Store a loose object, in this process (a `git hash-object -w` per blob costs a process
     each): zlib-compressed into a temporary file beside its place, made read-only, renamed there."""

@@ -153,7 +153,7 @@ def process_alive(pid: int) -> bool:
 def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result: ApplyResult) -> None:
     pin = lock.upstream.commit
     state = history.read(repo, pin)
-    history.refuse_user_commits(repo, state)
+    history.refuse_user_work(repo, state)
     if state.base != pin:
         where = f"commit {state.base}" if state.base else "no commit"
         raise TargetRefused(f"{repo.working_tree_dir}: is at {where}, not the pinned {lock.upstream.ref} ({pin}); nothing was changed", hint="apply into a new directory, or check out the pinned commit first")
@@ -164,6 +164,8 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
                 f"{repo.working_tree_dir}: carries patch {applied.name!r} (sha256 {applied.sha256[:12]}…) that is not the series' patch {index + 1}; nothing was changed",
                 hint="run 'rocmpatch unapply' to go back to the pin, then apply again",
             )
+    # Our trailers are not enough: a commit whose change is not exactly its patch's is the user's.
+    history.refuse_user_work(repo, state, history.first_amended(repo, state, loaded.patches, lock.patched_tree))
     target.refuse_user_edits(repo, hint=EDITS_HINT)
     result.already = [a.name for a in state.applied]
     remaining = loaded.patches[len(state.applied):]

@@ -60,11 +60,15 @@ def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
                           user_commits=list(state.user_commits))
     # The series' own state is judged below the user's commits (they are not part of it).
     applier = SeriesApplier(repo, gitcmd.tree_of(repo, state.series_head)) if state.series_head else None
+    amended = history.first_amended(repo, state, loaded.patches, lock.patched_tree) if state.base == lock.upstream.commit else None
     for index, loaded_patch in enumerate(loaded.patches):
         item = PatchState(loaded_patch.name, loaded_patch.entry.file, loaded_patch.entry.summary, NOT_APPLIED, list(loaded_patch.patch.paths))
         if index < len(state.applied):
             applied = state.applied[index]
-            if (applied.name, applied.sha256) == (loaded_patch.name, loaded_patch.sha256):
+            if amended is not None and amended.index == index:
+                item.state, item.reason = CONFLICTING, (f"its commit {amended.commit[:12]} holds changes that are not the patch's "
+                                                        f"({', '.join(amended.paths)}): an edit of yours amended into it")
+            elif (applied.name, applied.sha256) == (loaded_patch.name, loaded_patch.sha256):
                 item.state = APPLIED
             else:
                 item.state, item.reason = CONFLICTING, f"the target has {applied.name!r} (sha256 {applied.sha256[:12]}…) in this place"

@@ -23,6 +23,7 @@ class UnapplyResult:
     saved_edits: Path | None = None
     recovered: str | None = None
     kept: list[str] = field(default_factory=list)  # nested git repositories left in place
+    saved_commits: list[str] = field(default_factory=list)  # the user's commits (oldest first) saved in saved_edits
     abandoned: str | None = None  # an interrupted operation --force rolled back (its journal removed)
 
 
@@ -44,21 +45,29 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
             result.abandoned = journal["operation"]
         pin = lock.upstream.commit
         state = history.read(repo, pin)
-        history.refuse_user_commits(repo, state)
         if state.base != pin:
             raise TargetRefused(f"{directory}: is at {state.base or 'no commit'}, not the pinned {lock.upstream.ref} ({pin}) plus patches; nothing was changed",
                                 hint="unapply only undoes what 'rocmpatch apply' did")
+        # The user's too: commits on top of the series, and edits amended into its commits.
+        amended = history.first_amended(repo, state, loaded.patches, lock.patched_tree)
+        if not force:
+            history.refuse_user_work(repo, state, amended)
         result.removed = [a.name for a in reversed(state.applied)]
+        result.saved_commits = [*([amended.commit] if amended else []), *reversed(state.user_commits)]
         if state.head != pin:  # before anything is discarded
             target.require_writable(repo, gitcmd.changed_paths(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin)))
             target.refuse_untracked_obstacles(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin))
         dirty = gitcmd.dirty_paths(repo)
         if dirty and not force:
             target.refuse_user_edits(repo, hint="run 'rocmpatch unapply --force' to save them as a patch file first")
-        if dirty:
+        if dirty or result.saved_commits:
             result.kept = [path.rstrip("/") for code, path in dirty if code == "??" and _is_nested_repo(repo, path)]
-            result.saved_edits = _save_edits(repo, state.head, result.kept)
-            note(f"saved your uncommitted edits to {result.saved_edits}")
+            # Relative to what the series gives for the patches applied: the user's commits and
+            # amendments are in it too, so nothing of theirs is lost when HEAD goes to the pin.
+            baseline = history.series_tree(repo, state, loaded.patches, amended)
+            result.saved_edits = _save_edits(repo, baseline, result.kept, _saved_commits_header(repo, state, amended))
+            note(f"saved your {'commits and ' if result.saved_commits else ''}uncommitted edits to {result.saved_edits}")
+        if dirty:
             # Journaled: a kill while discarding leaves a journal (and maybe git's index.lock)
             # that the next unapply clears, instead of a target git refuses to touch.
             target.write_journal(repo, "unapply", state.head, pin)
@@ -75,16 +84,30 @@ def _is_nested_repo(repo, path: str) -> bool:
     return full.is_dir() and not full.is_symlink() and os.path.lexists(full / ".git")
 
 
-def _save_edits(repo, head: str, nested: list[str]) -> Path:
-    """The user's uncommitted changes (untracked files too) as a patch `git apply` takes back.
+def _save_edits(repo, baseline_tree: str, nested: list[str], header: bytes = b"") -> Path:
+    """The working tree's difference from `baseline_tree` (the series' tree: uncommitted changes,
+    untracked files, and the user's commits when HEAD holds some) as a patch `git apply` takes back.
 
     Nested git repositories are left out (a patch can only hold a gitlink for them); they stay."""
     snapshot = gitcmd.worktree_tree(repo, leave_out=nested)
-    text = gitcmd.diff_trees(repo, gitcmd.tree_of(repo, head), snapshot)
+    text = gitcmd.diff_trees(repo, baseline_tree, snapshot)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     path = target.state_dir(repo) / f"saved-edits-{stamp}.patch"
-    create_new_file(path, text)
+    create_new_file(path, header + text)
     return path
+
+
+def _saved_commits_header(repo, state: history.History, amended) -> bytes:
+    """What the patch holds besides uncommitted edits, as lines `git apply` skips (text before the
+    first diff; indented, so none reads as a diff header). Empty when there is nothing else."""
+    lines = [f"    commit {commit[:12]} {gitcmd.commit_info(repo, commit).subject}" for commit in reversed(state.user_commits)]
+    if amended is not None:
+        lines.insert(0, f"    commit {amended.commit[:12]} of patch {amended.name}, amended: {', '.join(amended.paths)}")
+    if not lines:
+        return b""
+    text = ("Saved by 'rocmpatch unapply --force': your changes relative to the series' own tree, from these commits\n"
+            "(they stay in git's reflog too) and any uncommitted edits:\n" + "\n".join(lines) + "\n\n")
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _discard_edits(repo, head: str, dirty: list[tuple[str, str]], nested: list[str]) -> None:

@@ -126,13 +126,22 @@ def test_user_commit_on_top_of_the_series(cli, tmp_path):
     report = json.loads(status.stdout)
     assert report["user_commits"] == [mine] and report["at_pin"]
     assert {p["state"] for p in report["patches"]} == {"applied"}
-    for args in (["apply"], ["unapply"], ["unapply", "--force"]):
+    for args in (["apply"], ["unapply"]):
         result = cli(*args, "--target", str(target))
         assert result.exit_code == ExitCode.TARGET_REFUSED, (args, result.output)
         assert "1 commit(s) of your own on top of the series" in result.stderr
-        assert "format-patch" in result.stderr
+        assert "format-patch" in result.stderr and "unapply --force" in result.stderr
     assert gitcmd.head_commit(gitcmd.open_repo(target)) == mine
     assert "1 commit(s) of your own" in cli("status", "--target", str(target)).stdout
+    # --force saves the commit's change as a patch first (it stays in the reflog, too), then unapplies.
+    result = cli("unapply", "--force", "--target", str(target))
+    assert result.exit_code == 0, result.output
+    assert f"saved your commit {mine[:12]}" in result.stdout
+    saved = next((target / ".git/rocmpatch").glob("saved-edits-*.patch"))
+    assert b"+mine" in saved.read_bytes() and b"my own change" in saved.read_bytes()
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    subprocess.run(["git", "-C", str(target), "apply", str(saved)], check=True)
+    assert (target / "docs/guide.md").read_text() == "mine\n"
 
 
 def test_git_missing_is_exit_8_for_every_command(cli, project, tmp_path):

@@ -36,6 +36,62 @@ def tree_files(root) -> dict[str, bytes]:
     return found
 
 
+# --- commits on top of the series are the user's, amended or not ------------------------------
+
+
+def amend(target, files: dict, *args: str) -> str:
+    write_files(target, files)
+    subprocess.run(["git", "-C", str(target), "-c", "user.name=Me", "-c", "user.email=me@example.com",
+                    "commit", "-q", "-a", "--amend", "--no-edit", *args], check=True)
+    return gitcmd.head_commit(gitcmd.open_repo(target))
+
+
+def test_an_edit_amended_into_the_last_patch_commit_is_the_users(cli, tmp_path):
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    mine = (target / "pkg/b.py").read_text() + "# mine\n"
+    head = amend(target, {"pkg/b.py": mine})
+    for command in ("apply", "unapply"):
+        result = cli(command, "--target", str(target))
+        assert result.exit_code == ExitCode.TARGET_REFUSED, (command, result.output)
+        line = one_error_line(result.stderr)
+        assert f"the commit of patch second-fix ({head[:12]}) holds changes that are not the patch's (pkg/b.py)" in line
+        assert "unapply --force" in result.stderr
+        assert gitcmd.head_commit(gitcmd.open_repo(target)) == head and (target / "pkg/b.py").read_text() == mine
+    status = cli("status", "--target", str(target), "--json")
+    patches = __import__("json").loads(status.stdout)["patches"]
+    assert [p["state"] for p in patches] == ["applied", "conflicting"] and "amended" in patches[1]["reason"]
+    result = cli("unapply", "--force", "--target", str(target))
+    assert result.exit_code == 0, result.output
+    assert f"saved your commit {head[:12]}" in result.stdout
+    saved = next((target / ".git/rocmpatch").glob("saved-edits-*.patch"))
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    subprocess.run(["git", "-C", str(target), "apply", str(saved)], check=True)
+    assert (target / "pkg/b.py").read_text() == mine
+
+
+def test_an_amended_mode_or_earlier_commit_is_the_users_too(cli, tmp_path):
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    subprocess.run(["git", "-C", str(target), "reset", "-q", "--hard", "HEAD~1"], check=True)  # first-fix only
+    os.chmod(target / "pkg/new.py", 0o755)
+    head = amend(target, {})
+    result = cli("apply", "--target", str(target))
+    assert result.exit_code == ExitCode.TARGET_REFUSED, result.output
+    assert f"the commit of patch first-fix ({head[:12]}) holds changes that are not the patch's (pkg/new.py)" in result.stderr
+    assert gitcmd.head_commit(gitcmd.open_repo(target)) == head
+
+
+def test_a_commit_amended_without_changing_its_content_is_still_the_series(cli, tmp_path):
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    amend(target, {}, "--reset-author")
+    result = cli("apply", "--target", str(target))
+    assert result.exit_code == 0, result.output
+    assert "already applied" in result.stdout
+    assert cli("unapply", "--target", str(target)).exit_code == 0
+
+
 # --- output that the terminal cannot encode --------------------------------------------------
 
 
