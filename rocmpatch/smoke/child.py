@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -83,10 +84,17 @@ def failure_from_exception(exc: BaseException, target: str | None) -> dict[str, 
     return result
 
 
+def _interrupted(signum, frame) -> None:  # noqa: ARG001 - signal handler protocol
+    raise KeyboardInterrupt
+
+
 def stage_main(body: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Run one stage body and print its result as the last stdout line, whatever happens."""
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     target = config.get("target")
+    # The runner stops a stage with SIGTERM: as a KeyboardInterrupt, so that what the stage started
+    # in a session of its own (torchrun) is stopped too (runner.run_child), before the result line.
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         result = body(config)
         result.setdefault("status", "passed")

@@ -7,24 +7,14 @@ killed outright (timeout, Ctrl-C after the grace period) never leaves them runni
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import sys
 from pathlib import Path
 
+from rocmpatch.processes import die_with_parent  # workers: SIGKILL when torchrun dies
 from rocmpatch.smoke.runner import ChildOutcome, run_child
 
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """Linux: get SIGKILL when the parent (torchrun) dies. A no-op elsewhere."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except OSError:
-            pass
+__all__ = ["die_with_parent", "launcher_timeout", "torchrun"]
 
 
 def torchrun(nproc: int, module: str, args: list[str], timeout: float, cwd: Path,

@@ -9,6 +9,7 @@ train follow the release's smoke profile (profile.py); a release without one ski
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,9 +20,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rocmpatch.series import Location
+from rocmpatch.processes import interruption_point
 from rocmpatch.smoke import blame
 from rocmpatch.smoke.profile import PROFILED_STAGES, SmokeProfile, load_profile, no_profile_reason
 
@@ -142,14 +144,16 @@ def stage_command(module: str, config: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", module, json.dumps(config)]
 
 
-STRAY_MARKER = "ROCMPATCH_SMOKE_CHILD"  # in the environment of everything a stage starts
+STRAY_MARKER = "ROCMPATCH_SMOKE_CHILD"  # ROCMPATCH_SMOKE_CHILD_<run>=1 in the environment of everything a stage starts
 
 
 def stop_strays(marker: str, wait: float = 5.0) -> None:
     """SIGKILL every process still carrying `marker` in its environment: torchrun starts its
     workers in sessions of their own, so stopping the stage's process group can miss them, and a
-    worker must not outlive its stage. Linux (/proc) only; a no-op elsewhere."""
-    needle = f"{STRAY_MARKER}={marker}".encode()
+    worker must not outlive its stage. Each run_child adds a variable of its own, so a nested one
+    (a stage starting torchrun) keeps the outer run's, and the outer sweep still finds what a
+    stage killed outright had started. Linux (/proc) only; a no-op elsewhere."""
+    needle = f"{STRAY_MARKER}_{marker}=1".encode()
     deadline = time.monotonic() + wait
     while True:
         found = []
@@ -179,19 +183,38 @@ def stop_strays(marker: str, wait: float = 5.0) -> None:
 def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> ChildOutcome:
     """Run argv in its own session; its result line, last output lines and how it ended. Nothing
     it started is left running when this returns."""
-    marker = f"{os.getpid()}-{time.monotonic_ns()}"
+    marker = f"{os.getpid()}_{time.monotonic_ns()}"
     try:
-        return _run_child(argv, {**env, STRAY_MARKER: marker}, timeout, cwd)
+        return _run_child(argv, {**env, f"{STRAY_MARKER}_{marker}": "1"}, timeout, cwd)
     finally:
         stop_strays(marker)
 
 
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM wait until the block is done (the list says whether one came): a
+    KeyboardInterrupt raised inside Popen, after the fork, would lose the only handle on a child
+    that goes on to start torchrun and its workers. Main thread only (elsewhere a no-op)."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> ChildOutcome:
     start = time.monotonic()
-    process = subprocess.Popen(
-        argv, cwd=cwd, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-        start_new_session=True, text=True, errors="replace", bufsize=1)
+    with interrupts_held() as held:
+        process = subprocess.Popen(
+            argv, cwd=cwd, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            start_new_session=True, text=True, errors="replace", bufsize=1)
+        interruption_point("smoke-child-started")  # tests: a Ctrl-C that comes while Popen returns
     stdout: list[str] = []
     stderr: list[str] = []
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -206,10 +229,12 @@ def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) 
 
     readers = [threading.Thread(target=pump, args=(process.stdout, stdout), daemon=True),
                threading.Thread(target=pump, args=(process.stderr, stderr), daemon=True)]
-    for reader in readers:
-        reader.start()
     timed_out = False
-    try:
+    try:  # from the moment the child exists, whatever ends this stops its whole group
+        if held:
+            raise KeyboardInterrupt
+        for reader in readers:
+            reader.start()
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True

@@ -167,3 +167,88 @@ def test_nothing_a_stage_started_outlives_it(tmp_path):
     worker = int(pid_file.read_text())
     state = Path(f"/proc/{worker}/stat")
     assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_ctrl_c_as_a_stage_starts_leaves_nothing_running(tmp_path):
+    """Ctrl-C while the stage's process is being started (the moment torchrun and its workers come
+    up at the start of the train stage): the stage and whatever it starts, in sessions of their own
+    too, are stopped; nothing with this run's token is left."""
+    import signal
+    import subprocess
+    import uuid
+
+    token = f"rocmpatch-test-{uuid.uuid4()}"
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "__init__.py").write_text(textwrap.dedent("""
+        import subprocess, sys, time
+        for _ in range(3):  # torchrun and two workers, each in a session of its own
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        time.sleep(600)
+    """))
+    code = ("import sys; from pathlib import Path; from rocmpatch.smoke.runner import Plan, run_stages, Interrupted\n"
+            "from rocmpatch.smoke.profile import load_profile\n"
+            "try:\n    run_stages(Plan(Path(sys.argv[1]), device='cpu', stages=('import',), profile=load_profile(Path(sys.argv[2]))))\n"
+            "except Interrupted as stop:\n    print([(r.name, r.status) for r in stop.results]); sys.exit(130)\n")
+    env = {**child_env(None), "ROCMPATCH_TEST_TOKEN": token, "ROCMPATCH_TEST_INTERRUPT_AT": "smoke-child-started"}
+    done = subprocess.run([sys.executable, "-c", code, str(tree), str(RELEASE_0_5_0)], cwd=ROOT, capture_output=True, text=True,
+                          env=env, preexec_fn=default_sigint, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert "('import', 'failed')" in done.stdout
+
+    for _ in range(30):  # whatever the stage had started has had 3 s to show up
+        time.sleep(0.1)
+    assert running_with(token) == []
+
+
+def test_ctrl_c_stops_what_a_stage_started_through_torchrun(tmp_path):
+    """A stage that starts torchrun (its own run_child, a session of its own) and its workers, then
+    is stopped by Ctrl-C of smoke: none of them is left running."""
+    import signal
+    import subprocess
+    import uuid
+
+    token = f"rocmpatch-test-{uuid.uuid4()}"
+    ready = tmp_path / "workers.ready"
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "__init__.py").write_text(textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from rocmpatch.smoke.runner import child_env, run_child
+        torchrun = ("import subprocess, sys, time\\n"
+                    "for _ in range(2):\\n"
+                    "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\\n"
+                    "open({str(ready)!r}, 'w').write('up')\\n"
+                    "time.sleep(600)\\n")
+        run_child([sys.executable, "-c", torchrun], child_env(None), 600, Path("."))
+    """))
+    code = ("import sys; from pathlib import Path; from rocmpatch.smoke.runner import Plan, run_stages, Interrupted\n"
+            "from rocmpatch.smoke.profile import load_profile\n"
+            "try:\n    run_stages(Plan(Path(sys.argv[1]), device='cpu', stages=('import',), profile=load_profile(Path(sys.argv[2]))))\n"
+            "except Interrupted:\n    sys.exit(130)\n")
+    env = {**child_env(None), "ROCMPATCH_TEST_TOKEN": token}
+    process = subprocess.Popen([sys.executable, "-c", code, str(tree), str(RELEASE_0_5_0)], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_sigint)
+    for _ in range(600):
+        if ready.exists():
+            break
+        time.sleep(0.1)
+    assert ready.exists(), "the stage never started its workers"
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    time.sleep(1.0)
+    assert running_with(token) == []
+
+
+def running_with(token: str) -> list[int]:
+    """Live processes whose environment holds ROCMPATCH_TEST_TOKEN=token."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and f"ROCMPATCH_TEST_TOKEN={token}".encode() in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
