@@ -19,6 +19,7 @@ class ExitCode(enum.IntEnum):
     UPSTREAM_ERROR = 6  # fetch failed, bad URL, commit or tree id differs from the lock
     BUSY = 7  # another rocmpatch process holds the target's lock
     ENVIRONMENT = 8  # a required program or package is missing (git, torch)
+    MOVE_FAILED = 9  # git could not finish changing a target's working tree; rolled back, or journal kept
     INTERNAL = 70  # a bug: the traceback is written to a log file
     INTERRUPTED = 130  # Ctrl-C
 
@@ -85,3 +86,10 @@ class Busy(RocmpatchError):
 
 class EnvironmentProblem(RocmpatchError):
     exit_code = ExitCode.ENVIRONMENT
+
+
+class MoveFailed(RocmpatchError):
+    """The working tree was being changed when git failed (a full disk, a file it could not write):
+    rolled back, or, when even that failed, left with its journal for the next command."""
+
+    exit_code = ExitCode.MOVE_FAILED

@@ -75,6 +75,7 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     The commit id and its tree id are checked against the lock either way.
     """
     path = commit_path(upstream.commit)
+    gitcmd.trust(path)  # ours, even when another user made it (a shared or copied cache)
     if path.is_dir():
         return _verified(gitcmd.open_repo(path), upstream, path)
     url = upstream_url(upstream, url_override)
@@ -184,6 +185,7 @@ def history_repo(url: str, revs: list[str]) -> tuple[gitcmd.Repo, dict[str, str]
         repo = gitcmd.open_repo(local)
         return repo, {rev: _resolved(repo, rev, url) for rev in revs}
     path = history_path(url)
+    gitcmd.trust(path)
     _make_directory(path.parent)
     with file_lock(path.with_suffix(".lock"), wait=LOCK_WAIT_SECONDS, what=f"the history cache {path}"):
         repo = gitcmd.open_repo(path) if path.is_dir() else gitcmd.init_repo(path, bare=True)

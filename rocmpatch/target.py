@@ -1,32 +1,21 @@
-"""A target checkout: its lock, its journal, and moving it safely between commits.
-
-Every change to a target goes through `move`: the new commits already exist as objects, a
-journal in .git/rocmpatch/ records where HEAD was and where it is going, then index and working
-tree are updated and HEAD moves, then the journal goes. If the process dies in between (Ctrl-C,
-a kill), the next apply, unapply, status or verify finds the journal and `recover` finishes the
-move, after checking that every changed file holds either the old or the new content (so a
-user's later edit is never overwritten).
-"""
+"""A target checkout: where it is, its lock, its journal, what in it is the user's, and a new one
+made from the cache. Moving it between commits (journaled, rolled back, recovered) is moves.py."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused, UsageError
-from rocmpatch.files import replace_file
 from rocmpatch.files import file_lock
+from rocmpatch.processes import interruption_point  # noqa: F401  (the place callers know it by)
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0
-INTERRUPT_VARIABLE = "ROCMPATCH_TEST_INTERRUPT_AT"  # tests: send ourselves SIGINT at a named point
-SIGNAL_VARIABLE = "ROCMPATCH_TEST_SIGNAL"  # tests: which signal (INT, KILL); INT unless set
-ANNOUNCE_VARIABLE = "ROCMPATCH_TEST_ANNOUNCE"  # tests: say "rocmpatch-test: at NAME" on stderr at each point
 
 
 # Room a checkout needs below its top (Megatron's deepest paths, .git's own) and beside it (apply
@@ -47,7 +36,7 @@ def refuse_unusable_path(directory: Path) -> None:
     existing = Path(os.path.abspath(directory))
     while not os.path.isdir(existing) and existing != existing.parent:  # False for a name too long, too
         existing = existing.parent
-    path_max, name_max = _limit(existing, "PC_PATH_MAX", 4096), _limit(existing, "PC_NAME_MAX", 255)
+    path_max, name_max = path_limit(existing, "PC_PATH_MAX", 4096), path_limit(existing, "PC_NAME_MAX", 255)
     names = text.rstrip(b"/").split(b"/")
     if len(text) + TREE_ROOM > path_max or max(map(len, names)) > name_max or len(names[-1]) + BUILD_NAME_ROOM > name_max:
         shown = text.decode("utf-8", "surrogateescape")
@@ -57,7 +46,7 @@ def refuse_unusable_path(directory: Path) -> None:
                          f"{name_max - BUILD_NAME_ROOM}; nothing was done", hint="choose a shorter path")
 
 
-def _limit(path: Path, name: str, default: int) -> int:
+def path_limit(path: Path, name: str, default: int) -> int:
     try:
         return os.pathconf(path, name)
     except (OSError, ValueError):
@@ -124,17 +113,16 @@ def lock_wait() -> float:
     return value
 
 
-def interruption_point(name: str) -> None:
-    """A no-op unless a test asked to be interrupted here (a real SIGINT, as from Ctrl-C, or the
-    signal ROCMPATCH_TEST_SIGNAL names), or to be told when we get here (to kill us a moment later)."""
-    if os.environ.get(ANNOUNCE_VARIABLE):
-        os.write(2, f"rocmpatch-test: at {name}\n".encode())
-    if os.environ.get(INTERRUPT_VARIABLE) == name:
-        os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(SIGNAL_VARIABLE, "INT")))
+def user_changes(repo: gitcmd.Repo) -> list[tuple[str, str]]:
+    """(status, path) of every change since HEAD: what `git status` lists, and the edits it cannot
+    see (files marked assume-unchanged, or skip-worktree ones that are there), as " M"."""
+    dirty = gitcmd.dirty_paths(repo)
+    listed = {path for _, path in dirty}
+    return dirty + [(" M", path) for path in gitcmd.hidden_edits(repo) if path not in listed]
 
 
 def refuse_user_edits(repo: gitcmd.Repo, *, hint: str) -> None:
-    dirty = gitcmd.dirty_paths(repo)
+    dirty = user_changes(repo)
     if dirty:
         edits = [path for code, path in dirty if code != "??"]
         new = [path for code, path in dirty if code == "??"]
@@ -148,25 +136,6 @@ def refuse_user_edits(repo: gitcmd.Repo, *, hint: str) -> None:
 
 def _some(paths: list[str]) -> str:
     return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-
-
-def move(repo: gitcmd.Repo, old_commit: str, new_commit: str, operation: str) -> None:
-    """Move HEAD, index and working tree from old_commit to new_commit, journaled."""
-    old_tree, new_tree = gitcmd.tree_of(repo, old_commit), gitcmd.tree_of(repo, new_commit)
-    refuse_untracked_obstacles(repo, old_tree, new_tree)
-    journal = write_journal(repo, operation, old_commit, new_commit)
-    gitcmd.move_tree(repo, old_tree, new_tree)
-    interruption_point("worktree-updated")
-    gitcmd.update_ref(repo, "HEAD", new_commit, old_commit, message=f"rocmpatch {operation}")
-    journal.unlink()
-
-
-def write_journal(repo: gitcmd.Repo, operation: str, old_commit: str, new_commit: str) -> Path:
-    """Record, durably, that the target is moving from old_commit to new_commit."""
-    journal = journal_path(repo)
-    replace_file(journal, json.dumps({"operation": operation, "old": old_commit, "new": new_commit}).encode("utf-8"), durable=True)
-    interruption_point("journal-written")
-    return journal
 
 
 def refuse_untracked_obstacles(repo: gitcmd.Repo, old_tree: str, new_tree: str) -> None:
@@ -197,76 +166,12 @@ def pending(repo: gitcmd.Repo) -> dict | None:
         journal = json.loads(path.read_text(encoding="utf-8"))
         if not all(isinstance(journal.get(key), str) for key in ("operation", "old", "new")):
             raise ValueError("missing keys")
+        locks = journal.setdefault("locks", [])  # none in a journal of an older rocmpatch
+        if not isinstance(locks, list) or not all(isinstance(lock, dict) for lock in locks):
+            raise ValueError("locks is not a list of lock records")
     except (ValueError, UnicodeDecodeError, AttributeError) as exc:
         raise TargetRefused(f"{path}: not a journal rocmpatch wrote ({exc})", hint=f"delete {path}, then check the target with 'git status'") from None
     return journal
-
-
-def drop_journal(repo: gitcmd.Repo) -> None:
-    journal_path(repo).unlink(missing_ok=True)
-
-
-def clear_stale_git_locks(repo: gitcmd.Repo) -> list[str]:
-    """Lock files a git process killed mid-move left (index.lock, HEAD.lock, the branch's lock).
-
-    Called only with the target's rocmpatch lock held and a journal present: the git that made
-    them was ours and is gone. Also our own half-written journal temporaries."""
-    directory = gitcmd.git_dir(repo)
-    candidates = [directory / "index.lock", directory / "HEAD.lock"]
-    head = directory / "HEAD"
-    try:
-        text = head.read_text(encoding="utf-8").strip()
-        if text.startswith("ref: refs/"):
-            candidates.append(directory / (text[len("ref: "):] + ".lock"))
-    except OSError:
-        pass
-    removed = []
-    for path in candidates:
-        if path.is_file() and not path.is_symlink():
-            path.unlink()
-            removed.append(path.name)
-    for path in state_dir(repo).glob(".journal.json.*.rocmpatch-tmp"):
-        path.unlink(missing_ok=True)
-    return removed
-
-
-def recover(repo: gitcmd.Repo) -> str | None:
-    """Finish an interrupted move; return its operation name, or None when there was none.
-
-    A killed `git read-tree -u` leaves each file it had to change old, new, missing, or new but
-    cut short (git removes a file, then writes the new one from the start). All of those are
-    the move's own doing and are finished; any other content is a user's edit, and is refused."""
-    journal = pending(repo)
-    if journal is None:
-        return None
-    clear_stale_git_locks(repo)
-    old, new = journal["old"], journal["new"]
-    old_tree, new_tree = gitcmd.tree_of(repo, old), gitcmd.tree_of(repo, new)
-    moving = set(gitcmd.changed_paths(repo, old_tree, new_tree))
-    old_entries, new_entries = gitcmd.list_tree(repo, old_tree), gitcmd.list_tree(repo, new_tree)
-    dirty = [path for _, path in gitcmd.dirty_paths(repo)]
-    actual = gitcmd.worktree_entries(repo, dirty)
-    for path in dirty:
-        if path not in moving or not _left_by_move(repo, path, actual[path], old_entries.get(path), new_entries.get(path)):
-            raise TargetRefused(
-                f"{repo.working_tree_dir}: an interrupted 'rocmpatch {journal['operation']}' left changes, and {path} holds edits made since",
-                hint=f"save or undo your edit of {path}, then rerun (or 'rocmpatch unapply --force' to save all edits as a patch)",
-            )
-    gitcmd.force_tree(repo, new_tree)
-    gitcmd.update_ref(repo, "HEAD", new, message=f"rocmpatch {journal['operation']} (recovered)")
-    drop_journal(repo)
-    return journal["operation"]
-
-
-def _left_by_move(repo: gitcmd.Repo, path: str, now: gitcmd.Entry | None, old: gitcmd.Entry | None, new: gitcmd.Entry | None) -> bool:
-    if now is None:
-        return True  # removed, not yet rewritten
-    if any(e is not None and (e.mode, e.sha) == (now.mode, now.sha) for e in (old, new)):
-        return True
-    if new is None or now.mode not in (0o100644, 0o100755) or new.mode not in (0o100644, 0o100755):
-        return False
-    written = (Path(repo.working_tree_dir) / path).read_bytes()
-    return gitcmd.read_blob(repo, new.sha).startswith(written)  # cut short while being written
 
 
 def materialize(directory: Path, cache: gitcmd.Repo, commit: str, upstream_url: str, *, message: str = "rocmpatch: the pinned upstream commit") -> gitcmd.Repo:
@@ -277,6 +182,7 @@ def materialize(directory: Path, cache: gitcmd.Repo, commit: str, upstream_url: 
     gitcmd.check_url(upstream_url, source="upstream.lock url")
     repo = gitcmd.init_repo(directory)
     gitcmd.copy_objects(cache, repo)
+    interruption_point("objects-copied")
     gitcmd.update_ref(repo, "HEAD", commit, message=message)
     gitcmd.force_tree(repo, gitcmd.tree_of(repo, commit))
     gitcmd.run(repo, "remote", "add", "--", "upstream", upstream_url)

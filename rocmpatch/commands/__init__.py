@@ -16,3 +16,10 @@ def selected(series_dir: Path | None, release: str | None, *, target: Path | Non
     if described:
         note(described)
     return choice.location
+
+
+def recovered_line(recovered) -> str:
+    """What apply / unapply did first about an interrupted move (a moves.Recovered)."""
+    if recovered.rolled_back:
+        return f"rolled back the interrupted '{recovered.operation}' first (git could not finish it: {recovered.rolled_back})"
+    return f"finished the interrupted '{recovered.operation}' first"

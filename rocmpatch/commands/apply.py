@@ -4,7 +4,7 @@ from pathlib import Path
 
 from rocmpatch import series
 from rocmpatch.operations import applying
-from rocmpatch.commands import selected
+from rocmpatch.commands import recovered_line, selected
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
 
@@ -13,7 +13,7 @@ def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_
     loaded = series.load(selected(series_dir, release, target=target))
     result = applying.apply(loaded, target, url_override=upstream_url, dry_run=dry_run)
     if result.recovered:
-        out.print(f"finished the interrupted '{result.recovered}' first", markup=False)
+        out.print(recovered_line(result.recovered), markup=False)
     verb = "would apply" if dry_run else "applied"
     if result.created and not dry_run:
         out.print(f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from rocmpatch import series
 from rocmpatch.operations import unapplying
-from rocmpatch.commands import selected
+from rocmpatch.commands import recovered_line, selected
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
 
@@ -13,7 +13,7 @@ def run(*, target: Path, series_dir: Path | None, force: bool, release: str | No
     loaded = series.load(selected(series_dir, release, target=target), require_lock=True)
     result = unapplying.unapply(loaded, target, force=force)
     if result.recovered:
-        out.print(f"finished the interrupted '{result.recovered}' first", markup=False)
+        out.print(recovered_line(result.recovered), markup=False)
     if result.abandoned:
         out.print(f"rolled back the interrupted '{result.abandoned}' (its changes and your edits are in the saved patch)", markup=False)
     for commit in result.saved_commits:

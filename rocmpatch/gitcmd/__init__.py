@@ -21,6 +21,7 @@ from rocmpatch.gitcmd.core import (
     run_bytes,
     scrub_git_environment,
     tree_of,
+    trust,
 )
 from rocmpatch.gitcmd.commits import (
     Identity,
@@ -72,10 +73,12 @@ from rocmpatch.gitcmd.working_tree import (
     git_dir,
     hash_files,
     head_commit,
+    hidden_edits,
     move_tree,
     snapshot_entries,
     snapshot_tree,
     update_ref,
+    update_ref_holding,
     worktree_entries,
     worktree_tree,
 )
@@ -85,10 +88,10 @@ __all__ = [
     "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "Repo", "TreeReader",
     "add_worktree", "blob_id", "changed_paths", "check_url", "commit_date", "commit_info", "commit_links",
     "commit_tree", "copy_objects", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
-    "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "init_borrowing_repo",
+    "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "hidden_edits", "init_borrowing_repo",
     "init_repo", "is_ancestor", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree",
     "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git",
     "require_commit",
-    "resolve_commit", "run", "run_bytes", "scrub_git_environment", "snapshot_entries", "snapshot_tree", "tree_of", "update_ref", "worktree_entries", "worktree_tree",
+    "resolve_commit", "run", "run_bytes", "scrub_git_environment", "snapshot_entries", "snapshot_tree", "tree_of", "trust", "update_ref", "update_ref_holding", "worktree_entries", "worktree_tree",
     "write_blob", "write_tree",
 ]

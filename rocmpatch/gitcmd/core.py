@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmpatch.errors import NO_SPACE_HINT, EnvironmentProblem, TargetRefused, UpstreamError
+from rocmpatch.processes import dying_with_us
 
 # Variables a parent git process (a hook, `git rebase -x`) leaves behind would point our git
 # calls at the wrong repository. Credentials and transport settings are kept (and GitPython's
@@ -226,8 +227,39 @@ def _repo_overrides(where: str) -> dict[str, str] | None:
 
 def _environment(where: str, env: dict[str, str] | None = None, *, overrides: bool = True) -> dict[str, str]:
     """The environment of a git process running in `where`: ours (scrubbed, SAFE_CONFIG), English
-    messages, the repository's program-naming keys emptied (unless overrides=False), then `env`."""
-    return {**os.environ, **_LOCALE, **((_repo_overrides(where) or {}) if overrides else {}), **(env or {})}
+    messages, the repository's program-naming keys emptied (unless overrides=False), `where`
+    trusted when it is one of rocmpatch's own cache repositories (see trust), then `env`."""
+    config = (_repo_overrides(where) or {}) if overrides else {}
+    trusted = _TRUSTED.get(where)
+    if trusted:
+        keys = int(config.get("GIT_CONFIG_COUNT", os.environ.get("GIT_CONFIG_COUNT", "0")))
+        config = {**config, "GIT_CONFIG_COUNT": str(keys + 1),
+                  f"GIT_CONFIG_KEY_{keys}": "safe.directory", f"GIT_CONFIG_VALUE_{keys}": trusted}
+    return {**os.environ, **_LOCALE, **config, **(env or {})}
+
+
+_TRUSTED: dict[str, str] = {}  # where git runs -> the safe.directory value for it
+
+
+def trust(path: Path | str) -> None:
+    """Let git work in the repository at `path` though another user owns it: rocmpatch's own cache,
+    copied or shared read-only between users (git otherwise stops with "detected dubious
+    ownership"). safe.directory protects a user from running the programs a stranger's
+    repository configures; no git call of rocmpatch runs any (SAFE_CONFIG, _repo_overrides), and
+    this is given (in the environment, where git honours it) only for the cache's own paths."""
+    where = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+    _TRUSTED[where] = os.path.realpath(where)
+
+
+def child_setup(args: Sequence[str]):
+    """The preexec_fn for a git child running `args`: dying with us (SIGTERM) for those that write
+    a working tree (`read-tree -u`), fetch, or move a ref: they must not run on alone when rocmpatch
+    is killed (see rocmpatch.processes). None for the rest, which end in milliseconds and would
+    only pay for it (a preexec_fn costs a fork per child)."""
+    command = _subcommand(args)
+    if command in ("fetch", "update-ref") or (command == "read-tree" and "-u" in args):
+        return dying_with_us()
+    return None
 
 
 def _execute(where: str, args: Sequence[str], *, stdin: bytes | None = None, env: dict[str, str] | None = None,
@@ -235,7 +267,8 @@ def _execute(where: str, args: Sequence[str], *, stdin: bytes | None = None, env
     """Run `git args...` in the directory `where`; GitFailed when it fails (with check)."""
     try:
         done = subprocess.run(["git", *args], cwd=where, env=_environment(where, env, overrides=overrides), input=stdin,
-                              stdin=subprocess.DEVNULL if stdin is None else None, capture_output=True)
+                              stdin=subprocess.DEVNULL if stdin is None else None, capture_output=True,
+                              preexec_fn=child_setup(args))
     except OSError as exc:
         raise _not_started(exc, where, args) from None
     if check and done.returncode:
@@ -270,6 +303,9 @@ def open_repo(path: Path) -> Repo:
     except GitFailed as exc:
         if "not a git repository" in _last_line(exc.stderr):
             raise _not_a_repository(path) from None
+        if "dubious ownership" in _last_line(exc.stderr):  # git's own check, for a checkout not in the cache
+            raise TargetRefused(f"{path}: belongs to another user, and git refuses to work in it (safe.directory)",
+                                hint=f"run as its owner, or if you trust it: git config --global --add safe.directory {where}") from None
         raise exc.one_line() from None
     # --show-cdup prints a line (empty at the top) only inside a working tree.
     lines = out.decode("utf-8", "surrogateescape").split("\n")

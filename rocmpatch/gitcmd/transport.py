@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rocmpatch.errors import UpstreamError
 from rocmpatch.files import naming
-from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _execute, _last_line, _not_started, run
+from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _execute, _last_line, _not_started, child_setup, run
 
 _TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _ALLOWED_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
@@ -96,7 +96,8 @@ def _stream_progress(repo: Repo, args: list[str], progress) -> None:
     """Run the fetch, feeding git's stderr progress lines ("Receiving objects:  45% (…)") to a callback."""
     try:
         process = subprocess.Popen(["git", *args], cwd=repo.cwd, env=_environment(repo.cwd, overrides=False),
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   preexec_fn=child_setup(args))
     except OSError as exc:
         raise _not_started(exc, repo.cwd, args) from None
     stderr_lines: list[str] = []

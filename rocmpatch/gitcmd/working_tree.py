@@ -6,12 +6,13 @@ import contextlib
 import hashlib
 import os
 import stat
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 from rocmpatch.errors import RocmpatchError
-from rocmpatch.gitcmd.core import Repo, resolve_commit, run, run_bytes
+from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _not_started, child_setup, resolve_commit, run, run_bytes
 from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry, parse_entries
 
 
@@ -35,24 +36,94 @@ def dirty_paths(repo: Repo) -> list[tuple[str, str]]:
     return found
 
 
-def move_tree(repo: Repo, old_tree: str, new_tree: str) -> None:
+def hidden_edits(repo: Repo) -> list[str]:
+    """Paths whose working-tree file differs from the index although `git status` cannot tell: the
+    index marks them assume-unchanged (an edit, or a deletion), or skip-worktree while the file is
+    there. Hashed here, as git would record them."""
+    flagged: dict[str, tuple[bytes, Entry]] = {}
+    for record in run_bytes(repo, "ls-files", "-s", "-v", "-z").split(b"\0"):
+        if record and (record[:1].islower() or record[:1] == b"S"):  # "<tag> <mode> <id> <stage>\t<path>"
+            meta, path = record.split(b"\t", 1)
+            tag, mode, sha, _ = meta.split(b" ")
+            flagged[path.decode("utf-8", "surrogateescape")] = (tag, Entry(int(mode, 8), sha.decode()))
+    actual = worktree_entries(repo, list(flagged))
+    return sorted(path for path, (tag, staged) in flagged.items()
+                  if actual[path] != staged and (actual[path] is not None or tag != b"S"))
+
+
+def _index_env(index: Path | None) -> dict[str, str] | None:
+    return {"GIT_INDEX_FILE": str(index)} if index is not None else None
+
+
+def move_tree(repo: Repo, old_tree: str, new_tree: str, *, index: Path | None = None) -> None:
     """Update index and working tree from old_tree to new_tree, touching only files that differ.
+    `index`: the index file git reads and writes instead of the repository's own.
 
     Two-tree `read-tree -m -u` refuses (changing nothing) when a file it must change has local edits.
     """
-    run(repo, "read-tree", "-m", "-u", old_tree, new_tree)
+    run_bytes(repo, "read-tree", "-m", "-u", old_tree, new_tree, env=_index_env(index))
 
 
-def force_tree(repo: Repo, tree: str) -> None:
+def force_tree(repo: Repo, tree: str, *, index: Path | None = None) -> None:
     """Make index and working tree exactly `tree`, overwriting local changes (used only after
     the caller checked that nothing of the user's would be lost). Files are written by one worker
-    per core (git >= 2.32; older ones ignore the setting): a whole checkout is mostly file creation."""
-    run(repo, "-c", "checkout.workers=0", "read-tree", "--reset", "-u", tree)
+    per core (git >= 2.32; older ones ignore the setting): a whole checkout is mostly file creation.
+    `index`: as for move_tree."""
+    run_bytes(repo, "-c", "checkout.workers=0", "read-tree", "--reset", "-u", tree, env=_index_env(index))
 
 
 def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, *, message: str = "rocmpatch") -> None:
     """Point ref at new; with old, only if it still points at old (compare-and-swap)."""
     run(repo, "update-ref", "-m", message, ref, new, *([old] if old else []))
+
+
+def update_ref_holding(repo: Repo, ref: str, new: str, old: str | None, *, message: str, while_locked) -> None:
+    """update_ref as one `git update-ref --stdin` transaction, calling `while_locked()` once git
+    holds the lock files of the refs it updates (between `prepare` and `commit`), so the caller can
+    record them: a git killed in between leaves them behind. A git without transactions (< 2.27)
+    gets a plain update-ref."""
+    with tempfile.TemporaryFile() as errors:
+        try:
+            # A session of its own: a kill of rocmpatch's process group (or Ctrl-C) does not reach it;
+            # when rocmpatch dies, SIGTERM or the end of its input aborts the transaction and git
+            # removes the lock files itself.
+            process = subprocess.Popen(["git", "update-ref", "-m", message, "--stdin"], cwd=repo.cwd, env=_environment(repo.cwd),
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, start_new_session=True,
+                                       preexec_fn=child_setup(["update-ref"]))
+        except OSError as exc:
+            raise _not_started(exc, repo.cwd, ["update-ref"]) from None
+        try:
+            def say(line: str) -> bytes:
+                process.stdin.write(line.encode() + b"\n")
+                process.stdin.flush()
+                return process.stdout.readline()
+
+            if say("start") != b"start: ok\n":
+                process.stdin.close()
+                process.wait()
+                return update_ref(repo, ref, new, old, message=message)
+            process.stdin.write(f"update {ref} {new}{' ' + old if old else ''}\n".encode())
+            if say("prepare") == b"prepare: ok\n":
+                try:
+                    while_locked()
+                except BaseException:
+                    say("abort")  # git removes its lock files
+                    raise
+                if say("commit") == b"commit: ok\n":
+                    process.stdin.close()
+                    if process.wait() == 0:
+                        return
+        except OSError:  # git exited: its stderr says why
+            pass
+        finally:
+            if process.poll() is None:
+                process.terminate()  # not SIGKILL: git removes its lock files on SIGTERM
+            process.wait()
+            process.stdout.close()
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        errors.seek(0)
+        raise GitFailed(["update-ref"], process.returncode, errors.read()).one_line()
 
 
 def hash_files(repo: Repo, paths: list[str]) -> dict[str, str | None]:

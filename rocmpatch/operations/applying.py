@@ -1,7 +1,7 @@
 """`rocmpatch apply`: bring a target to pin + series, atomically.
 
 All patched trees are computed in memory first; only when the whole series applied are commits
-created and the target moved (see target.move). A new directory is built beside its final
+created and the target moved (see moves.move). A new directory is built beside its final
 place and renamed into it, so it appears only complete.
 """
 
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd, history, store, target
+from rocmpatch import gitcmd, history, moves, store, target
 from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
 from rocmpatch.errors import InvalidInput, TargetRefused
@@ -33,7 +33,7 @@ class ApplyResult:
     created: bool  # the target directory was made by this run
     already: list[str] = field(default_factory=list)  # names applied before this run
     applied: list[str] = field(default_factory=list)  # names applied (or, with --dry-run, to apply) now
-    recovered: str | None = None  # an interrupted operation this run finished first
+    recovered: moves.Recovered | None = None  # an interrupted operation this run finished (or rolled back) first
     head: str | None = None
     dry_run: bool = False
 
@@ -51,7 +51,7 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
     with target.locked(repo):
         result = ApplyResult(directory, created=False, dry_run=dry_run)
         if not dry_run:
-            result.recovered = target.recover(repo)
+            result.recovered = moves.recover(repo)
         _apply_existing(repo, loaded, lock, result)
         return result
 
@@ -70,6 +70,7 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
             steps = _planned_steps(scratch, loaded, lock, loaded.patches, lock.upstream.tree)
         result.applied = [s.patch.name for s in steps]
         return result
+    moves.refuse_unwritable_names(directory, sorted({path for patch in loaded.patches for path in patch.patch.paths}))
     series_head = _kept_series_head(cache, loaded, lock)
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(directory)
@@ -182,7 +183,7 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
     for step in steps:
         new_head = history.commit_patch(repo, step.patch, step.tree, new_head, pin)
         target.interruption_point("commit-created")
-    target.move(repo, head, new_head, "apply")
+    moves.move(repo, head, new_head, "apply")
     result.head = new_head
     if not result.created:  # a new target is done only once renamed into place
         _done(repo.working_tree_dir, new_head)

@@ -8,10 +8,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd, history, target
+from rocmpatch import gitcmd, history, moves, target
 from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
-from rocmpatch.errors import TargetRefused
+from rocmpatch.errors import MoveFailed, RocmpatchError, TargetRefused
 from rocmpatch.files import create_new_file
 from rocmpatch.series import LoadedSeries
 
@@ -21,7 +21,7 @@ class UnapplyResult:
     target: Path
     removed: list[str] = field(default_factory=list)  # patch names taken off
     saved_edits: Path | None = None
-    recovered: str | None = None
+    recovered: moves.Recovered | None = None
     kept: list[str] = field(default_factory=list)  # nested git repositories left in place
     saved_commits: list[str] = field(default_factory=list)  # the user's commits (oldest first) saved in saved_edits
     abandoned: str | None = None  # an interrupted operation --force rolled back (its journal removed)
@@ -35,7 +35,7 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
     target.require_writable(repo)
     with target.locked(repo):
         try:
-            result.recovered = target.recover(repo)
+            result.recovered = moves.recover(repo)
         except TargetRefused:
             journal = target.pending(repo)
             if not force or journal is None:
@@ -57,7 +57,7 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
         if state.head != pin:  # before anything is discarded
             target.require_writable(repo, gitcmd.changed_paths(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin)))
             target.refuse_untracked_obstacles(repo, gitcmd.tree_of(repo, state.head), gitcmd.tree_of(repo, pin))
-        dirty = gitcmd.dirty_paths(repo)
+        dirty = target.user_changes(repo)
         if dirty and not force:
             target.refuse_user_edits(repo, hint="run 'rocmpatch unapply --force' to save them as a patch file first")
         if dirty or result.saved_commits:
@@ -68,13 +68,10 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
             result.saved_edits = _save_edits(repo, baseline, result.kept, _saved_commits_header(repo, state, amended))
             note(f"saved your {'commits and ' if result.saved_commits else ''}uncommitted edits to {result.saved_edits}")
         if dirty:
-            # Journaled: a kill while discarding leaves a journal (and maybe git's index.lock)
-            # that the next unapply clears, instead of a target git refuses to touch.
-            target.write_journal(repo, "unapply", state.head, pin)
-            _discard_edits(repo, state.head, dirty, result.kept)
-        if state.head != pin:
-            target.move(repo, state.head, pin, "unapply")
-        target.drop_journal(repo)
+            _discard_and_move(repo, state.head, pin, dirty, result.kept)
+        elif state.head != pin:
+            moves.move(repo, state.head, pin, "unapply")
+        target.journal_path(repo).unlink(missing_ok=True)  # an abandoned move's, when nothing was left to do
         mark_done(f"{directory} is at the pristine pinned commit")
     return result
 
@@ -110,16 +107,25 @@ def _saved_commits_header(repo, state: history.History, amended) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _discard_edits(repo, head: str, dirty: list[tuple[str, str]], nested: list[str]) -> None:
-    """Only after _save_edits: reset to HEAD, and remove the files git does not track (never a
-    nested repository, nor anything through a symlink)."""
-    gitcmd.force_tree(repo, gitcmd.tree_of(repo, head))
+def _discard_and_move(repo, head: str, pin: str, dirty: list[tuple[str, str]], nested: list[str]) -> None:
+    """Only after _save_edits: the working tree and index exactly the pin's (the edits and, with
+    them, whatever an abandoned move left are overwritten), the files git does not track removed
+    (never a nested repository, nor anything through a symlink), HEAD at the pin. Journaled like a
+    move; there is nothing to roll back to (the edits are in the saved patch), so a failure keeps
+    the journal and the next unapply --force goes on."""
     root = Path(repo.working_tree_dir)
-    for code, path in dirty:
-        full = root / path
-        if code != "??" or path.rstrip("/") in nested:
-            continue
-        if full.is_dir() and not full.is_symlink():
-            shutil.rmtree(full)
-        else:
-            full.unlink(missing_ok=True)
+    with moves.Move(repo, "unapply", head, pin) as step:
+        try:
+            step.reset(gitcmd.tree_of(repo, pin))
+            for code, path in dirty:
+                full = root / path
+                if code != "??" or path.rstrip("/") in nested:
+                    continue
+                if full.is_dir() and not full.is_symlink():
+                    shutil.rmtree(full)
+                else:
+                    full.unlink(missing_ok=True)
+            step.set_head(pin, None)
+        except (RocmpatchError, OSError) as cause:
+            raise MoveFailed(f"{root}: 'rocmpatch unapply --force' failed part-way ({cause}); your edits are in the saved patch, "
+                             "the journal is kept", hint="fix that, then rerun 'rocmpatch unapply --force'") from None

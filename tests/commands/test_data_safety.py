@@ -122,20 +122,51 @@ def test_kill_during_the_move_is_finished_by_the_next_run(tmp_path, upstream):
         assert applied if command == "apply" else gitcmd.head_commit(repo) == upstream.commit
 
 
-def test_half_written_file_and_stale_index_lock_are_not_user_edits(project, upstream, tmp_path):
-    """What a SIGKILL inside `git read-tree -u` leaves: a new file cut short, and index.lock."""
+def test_half_written_file_and_our_index_lock_are_not_user_edits(project, upstream, tmp_path):
+    """What a SIGKILL inside `git read-tree -u` leaves: a new file cut short, and the index.lock
+    rocmpatch holds during the move (its identity is in the journal)."""
     from tests.cli_process import run_rocmpatch
 
     target = clone_at_pin(upstream, tmp_path / "clone")
     args = ("apply", "--target", str(target), "--series-dir", str(project.series_dir))
-    killed = run_rocmpatch(*args, env={"ROCMPATCH_TEST_INTERRUPT_AT": "journal-written", "ROCMPATCH_TEST_SIGNAL": "KILL"})
-    assert killed.returncode == -signal.SIGKILL
+    killed = run_rocmpatch(*args, env={"ROCMPATCH_TEST_INTERRUPT_AT": "index-held", "ROCMPATCH_TEST_SIGNAL": "KILL"})
+    assert killed.returncode == -signal.SIGKILL and (target / ".git/index.lock").exists()
     patched = gitcmd.TreeReader(gitcmd.open_repo(target), project_lock(project).patched_tree)
     (target / "pkg/a.py").write_bytes(patched.read("pkg/a.py")[:100])  # git died writing it
-    (target / ".git/index.lock").write_bytes(b"")
     again = run_rocmpatch(*args)
     assert again.returncode == 0, again.stderr
     assert "finished the interrupted 'apply'" in again.stdout
+    assert not (target / ".git/index.lock").exists()
+    assert run_rocmpatch("verify", *args[1:]).returncode == 0
+
+
+def test_an_index_lock_rocmpatch_did_not_create_is_never_removed(project, upstream, tmp_path):
+    """Another git's index.lock (running, or killed on its own): apply refuses (BUSY) before
+    changing anything, and a pending journal is not finished past it, until the lock goes."""
+    from tests.cli_process import run_rocmpatch
+
+    target = clone_at_pin(upstream, tmp_path / "clone")
+    args = ("apply", "--target", str(target), "--series-dir", str(project.series_dir))
+    lock = target / ".git/index.lock"
+    lock.write_bytes(b"another git's")
+    refused = run_rocmpatch(*args)
+    assert refused.returncode == ExitCode.BUSY, refused.stderr
+    assert "rocmpatch did not create it" in refused.stderr and lock.read_bytes() == b"another git's"
+    repo = gitcmd.open_repo(target)
+    assert gitcmd.head_commit(repo) == upstream.commit and gitcmd.dirty_paths(repo) == []
+    assert not (target / ".git/rocmpatch/journal.json").exists()
+    lock.unlink()
+    killed = run_rocmpatch(*args, env={"ROCMPATCH_TEST_INTERRUPT_AT": "worktree-updated", "ROCMPATCH_TEST_SIGNAL": "KILL"})
+    assert killed.returncode == -signal.SIGKILL
+    (target / ".git/index.lock").unlink()  # ours: replaced by another git's
+    lock.write_bytes(b"another git's")
+    for command in ("apply", "unapply"):
+        refused = run_rocmpatch(command, *args[1:])
+        assert refused.returncode == ExitCode.BUSY, refused.stderr
+        assert lock.read_bytes() == b"another git's" and (target / ".git/rocmpatch/journal.json").exists()
+    lock.unlink()
+    again = run_rocmpatch(*args)
+    assert again.returncode == 0 and "finished the interrupted 'apply'" in again.stdout, again.stderr
     assert run_rocmpatch("verify", *args[1:]).returncode == 0
 
 

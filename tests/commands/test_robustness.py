@@ -266,3 +266,221 @@ def test_full_disk_while_writing_commits_changes_nothing(large_upstream, tmp_pat
         {p: c for p, c in before.items() if not p.startswith(".git/")}
     assert not (target / ".git/rocmpatch/journal.json").exists()
     assert run_rocmpatch("apply", "--target", str(target), "--series-dir", str(location.series_dir)).returncode == 0
+
+
+# --- a move that fails part-way ---------------------------------------------------------------
+
+
+def clean_at(target, commit: str) -> None:
+    """The target is exactly `commit`: HEAD, index and files; no journal, no lock left."""
+    repo = gitcmd.open_repo(target)
+    assert gitcmd.head_commit(repo) == commit
+    assert gitcmd.dirty_paths(repo) == []
+    assert not (target / ".git/rocmpatch/journal.json").exists() and not (target / ".git/index.lock").exists()
+    assert sorted(p.name for p in (target / ".git/rocmpatch").iterdir()) == ["lock"]
+
+
+def hard_linked_clone(upstream, target):
+    """A clone sharing the upstream's object files: it has the patched blobs already (the fixture
+    wrote them there), so apply writes no large object and the move is what meets the limit."""
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+    return target
+
+
+def test_full_disk_in_the_middle_of_the_move_is_rolled_back(large_upstream, tmp_path):
+    upstream, location = large_upstream
+    target = hard_linked_clone(upstream, tmp_path / "clone")
+    where = ["--target", str(target), "--series-dir", str(location.series_dir)]
+    result = run_limited(64 * 1024, "apply", *where)
+    assert result.returncode == ExitCode.MOVE_FAILED, result.stderr
+    line = one_error_line(result.stderr)
+    assert "failed part-way" in line and "it was rolled back, the target is as it was" in line
+    clean_at(target, upstream.commit)
+    assert not (target / "pkg/large.py").exists() and (target / "pkg/a.py").read_text() == "A = 1\n"
+    assert run_rocmpatch("apply", *where).returncode == 0
+    assert run_rocmpatch("verify", *where).returncode == 0
+
+
+def test_a_killed_move_that_git_cannot_finish_is_rolled_back_by_the_next_command(large_upstream, tmp_path):
+    upstream, location = large_upstream
+    target = hard_linked_clone(upstream, tmp_path / "clone")
+    where = ["--target", str(target), "--series-dir", str(location.series_dir)]
+    killed = run_rocmpatch("apply", *where, env={"ROCMPATCH_TEST_INTERRUPT_AT": "index-held", "ROCMPATCH_TEST_SIGNAL": "KILL"})
+    assert killed.returncode == -9 and (target / ".git/rocmpatch/journal.json").exists()
+    result = run_limited(64 * 1024, "unapply", *where)  # finishing the apply needs the large file: rolled back
+    assert result.returncode == 0, result.stderr
+    assert "rolled back the interrupted 'apply' first" in result.stdout
+    clean_at(target, upstream.commit)
+    result = run_limited(64 * 1024, "apply", *where)
+    assert result.returncode == ExitCode.MOVE_FAILED, result.stderr
+    clean_at(target, upstream.commit)
+    assert run_rocmpatch("apply", *where).returncode == 0
+
+
+def test_a_name_too_long_for_the_file_system_is_refused_before_anything_changes(cli, upstream, tmp_path):
+    location = make_series(tmp_path / "long", upstream, patches=[("long-name", {"pkg/" + "n" * 300 + ".py": "X = 1\n"})])
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+    subprocess.run(["git", "-C", str(target), "checkout", "-q", upstream.ref], check=True)
+    for where in (target, tmp_path / "new"):
+        result = cli("apply", "--target", str(where), series_dir=location.series_dir)
+        assert result.exit_code == ExitCode.TARGET_REFUSED, result.output
+        assert "a name of 303 bytes" in one_error_line(result.stderr)
+    clean_at(target, upstream.commit)
+    assert not (tmp_path / "new").exists() and not list(tmp_path.glob(".new.*"))
+
+
+def test_an_edit_to_an_assume_unchanged_file_is_the_users(cli, upstream, tmp_path):
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+    subprocess.run(["git", "-C", str(target), "checkout", "-q", upstream.ref], check=True)
+    subprocess.run(["git", "-C", str(target), "update-index", "--assume-unchanged", "pkg/a.py"], check=True)
+    mine = (target / "pkg/a.py").read_text() + "# mine\n"
+    (target / "pkg/a.py").write_text(mine)
+    result = cli("apply", "--target", str(target))
+    assert result.exit_code == ExitCode.TARGET_REFUSED, result.output
+    assert "has uncommitted changes: edits (pkg/a.py)" in one_error_line(result.stderr)
+    assert (target / "pkg/a.py").read_text() == mine and not (target / ".git/rocmpatch/journal.json").exists()
+    forced = cli("unapply", "--force", "--target", str(target))
+    assert forced.exit_code == 0, forced.output
+    assert b"+# mine" in next((target / ".git/rocmpatch").glob("saved-edits-*.patch")).read_bytes()
+
+
+IN_SMALL_TMPFS = r'''
+import json, os, subprocess, sys
+mount, upstream, series_dir = sys.argv[1:4]
+run = lambda *a, **k: subprocess.run(list(a), capture_output=True, text=True, **k)
+assert run("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount).returncode == 0
+target = os.path.join(mount, "t")
+run("git", "clone", "-q", "--no-local", upstream, target, check=True)
+rocmpatch = [sys.executable, "-m", "rocmpatch"]
+where = ["--target", target, "--series-dir", series_dir]
+run(*rocmpatch, "apply", "--dry-run", *where, check=True)  # the patched blobs: written now, with room
+info = os.statvfs(mount)
+used = (info.f_blocks - info.f_bfree) * info.f_frsize
+run("mount", "-o", f"remount,size={used + 128 * 1024}", mount, check=True)  # no room for the large file
+failed = run(*rocmpatch, "apply", *where)
+status = run("git", "-C", target, "status", "--porcelain", "--untracked-files=all").stdout
+head = run("git", "-C", target, "rev-parse", "HEAD").stdout.strip()
+leftovers = sorted(os.listdir(os.path.join(target, ".git", "rocmpatch"))) + [p for p in ("index.lock",) if os.path.exists(os.path.join(target, ".git", p))]
+run("mount", "-o", "remount,size=4m", mount, check=True)
+again = run(*rocmpatch, "apply", *where)
+print(json.dumps({"code": failed.returncode, "stderr": failed.stderr, "status": status, "head": head,
+                  "leftovers": leftovers, "again": again.returncode}))
+'''
+
+
+def test_a_real_full_disk_in_the_middle_of_the_move_is_rolled_back(large_upstream, tmp_path):
+    """ENOSPC for real: the target on a small tmpfs in a private mount namespace (root only)."""
+    import json
+    import sys
+
+    from tests.cli_process import ROOT
+
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare -m to mount a small tmpfs")
+    upstream, location = large_upstream
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["unshare", "-m", sys.executable, "-c", IN_SMALL_TMPFS, str(mount), str(upstream.path), str(location.series_dir)],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["code"] == ExitCode.MOVE_FAILED, seen["stderr"]
+    line = one_error_line(seen["stderr"])
+    assert "KiB free" in line and "it was rolled back, the target is as it was" in line
+    assert seen["status"] == "" and seen["head"] == upstream.commit and seen["leftovers"] == ["lock"]
+    assert seen["again"] == 0
+
+
+# --- no child outlives a kill -----------------------------------------------------------------
+
+
+def test_a_new_target_killed_while_built_is_cleaned_up_by_the_next_apply(project, tmp_path):
+    target = tmp_path / "t"
+    where = ["--target", str(target), "--series-dir", str(project.series_dir)]
+    killed = run_rocmpatch("apply", *where, env={"ROCMPATCH_TEST_INTERRUPT_AT": "objects-copied", "ROCMPATCH_TEST_SIGNAL": "KILL"})
+    assert killed.returncode == -9
+    assert not target.exists() and len(list(tmp_path.glob(".t.*.rocmpatch-partial"))) == 1
+    assert run_rocmpatch("apply", *where).returncode == 0
+    assert not list(tmp_path.glob(".t.*")) and run_rocmpatch("verify", *where).returncode == 0
+
+
+def test_a_git_fetching_for_rocmpatch_dies_with_it(project, tmp_path):
+    """kill -9 of rocmpatch alone (its git is not in the signal): the git it started to fetch, here
+    waiting on an ssh transport that never answers, is stopped by the kernel (PR_SET_PDEATHSIG)
+    instead of running on, orphaned."""
+    import signal
+    import sys
+    import time
+    import uuid
+
+    from tests.cli_process import ROOT
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    token, started = f"rocmpatch-test-{uuid.uuid4()}", tmp_path / "ssh.started"
+    ssh = f"{sys.executable} -c \"import sys; open({str(started)!r}, 'w').close(); sys.stdin.buffer.read()\""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROCMPATCH_CACHE_DIR": str(tmp_path / "cold-cache"), "GIT_SSH_COMMAND": ssh,
+           "ROCMPATCH_TEST_TOKEN": token}
+    rocmpatch = subprocess.Popen([sys.executable, "-m", "rocmpatch", "fetch", "--upstream-url", "ssh://nowhere.invalid/x.git",
+                                  "--series-dir", str(project.series_dir)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            if started.exists():
+                break
+            time.sleep(0.1)
+        assert started.exists(), "git never started its ssh transport"
+        os.kill(rocmpatch.pid, signal.SIGKILL)
+        rocmpatch.wait()
+        for _ in range(50):
+            if not running_with(token):
+                break
+            time.sleep(0.1)
+        assert running_with(token) == []
+    finally:
+        for pid in running_with(token):  # only what this test started
+            os.kill(pid, signal.SIGKILL)
+
+
+def running_with(token: str) -> list[int]:
+    """Live processes whose environment holds ROCMPATCH_TEST_TOKEN=token (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and f"ROCMPATCH_TEST_TOKEN={token}".encode() in open(f"/proc/{entry}/environ", "rb").read().split(b"\0"):
+                if open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+# --- a cache another user owns ----------------------------------------------------------------
+
+
+def test_a_read_only_cache_owned_by_another_user_is_used(cli, project, tmp_path):
+    """git refuses a repository another user owns ("dubious ownership") unless told it is safe:
+    rocmpatch says so for its own cache entries only. Owned by nobody and mounted read-only
+    (root only: chown, and a read-only bind mount that holds even for root)."""
+    from tests.commands.test_hardening import in_read_only_mounts
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the cache to another user")
+    assert cli("fetch").exit_code == 0
+    cache = os.environ["ROCMPATCH_CACHE_DIR"]
+    subprocess.run(["chown", "-R", "nobody", cache], check=True)
+    series_dir = ["--series-dir", str(project.series_dir)]
+    target = tmp_path / "t"
+    result = in_read_only_mounts([cache], ["apply", "--target", str(target), *series_dir])
+    assert result.returncode == 0, result.stderr
+    assert "is not writable: the series is applied in the new target instead" in result.stderr
+    for command in (["check"], ["lock", "--check"], ["verify", "--target", str(target)], ["fetch"]):
+        result = in_read_only_mounts([cache], [*command, *series_dir])
+        assert result.returncode == 0, (command, result.stderr)
+    other = tmp_path / "other"  # a target of another user is not rocmpatch's to trust
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    subprocess.run(["chown", "-R", "nobody", str(other)], check=True)
+    refused = run_rocmpatch("status", "--target", str(other), *series_dir)
+    assert refused.returncode == ExitCode.TARGET_REFUSED, refused.stderr
+    assert "belongs to another user" in one_error_line(refused.stderr)
