@@ -167,14 +167,34 @@ def padding_mask(b, sq, sk, lengths):
     return mask
 
 
+def dataloader_mask(b, s, eod_at=(), reset=False):
+    """pretrain_gpt.py's attention mask as its dataset builds it (GPTDataset's
+    _get_ltor_masks_and_position_ids, create_attention_mask_in_dataloader) and the default collate
+    stacks it: [b, 1, s, s], True = masked out. eod_at: where each sample's documents end."""
+    from megatron.core.datasets.gpt_dataset import _get_ltor_masks_and_position_ids
+
+    masks = []
+    for _ in range(b):
+        tokens = torch.ones(s, dtype=torch.long)
+        tokens[list(eod_at)] = 0
+        mask, _, _ = _get_ltor_masks_and_position_ids(tokens, 0, False, reset, False, True)
+        masks.append(mask)
+    return torch.stack(masks)
+
+
 def compare():
     AMT = AttnMaskType
     causal = torch.triu(torch.ones(32, 32, dtype=torch.bool), diagonal=1)[None, None]
     pad = padding_mask(2, 32, 32, [32, 20])
     cross = padding_mask(2, 24, 40, [24, 40]) | padding_mask(2, 24, 40, [24, 15])
+    documents = dataloader_mask(2, 32, eod_at=(9, 20), reset=True)
     results = [
         run_both("causal fp32", None),
         run_both("causal mask given fp32", causal.expand(2, 1, 32, 32)),
+        run_both("causal dataloader mask fp32", dataloader_mask(2, 32)),
+        run_both("gqa causal dataloader mask fp32", dataloader_mask(2, 32), heads=8, groups=2, kv=8),
+        run_both("documents (--reset-attention-mask) fp32", documents),
+        run_both("gqa documents (--reset-attention-mask) bf16", documents, heads=8, groups=2, kv=8, dtype="bf16"),
         run_both("causal+padding fp32", causal | pad),
         run_both("padding fp32 (fully masked rows)", pad, mask_type=AMT.padding),
         run_both("gqa causal fp32", None, heads=8, groups=2, kv=8),
@@ -188,6 +208,69 @@ def compare():
         run_both("gqa causal+padding bf16", causal | pad, heads=8, groups=2, kv=8, dtype="bf16"),
     ]
     return results
+
+
+class RecordedSdpa:
+    """What reaches torch.nn.functional.scaled_dot_product_attention inside the block: one dict
+    per call (is_causal, attn_mask shape or None, enable_gqa, query and key heads)."""
+
+    def __enter__(self):
+        self.calls, self.real = [], F.scaled_dot_product_attention
+
+        def record(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+            self.calls.append({"is_causal": is_causal, "attn_mask": None if attn_mask is None else list(attn_mask.shape),
+                               "enable_gqa": kw.get("enable_gqa", False), "q_heads": query.size(1), "k_heads": key.size(1)})
+            return self.real(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+
+        torch.nn.functional.scaled_dot_product_attention = record
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.functional.scaled_dot_product_attention = self.real
+
+
+def calls():
+    """The SDPA call each kind of mask makes (GQA: 8 query heads, 2 key/value groups), and how often
+    a given mask is compared with the causal one."""
+    s, b = 32, 2
+    gqa = dict(heads=8, groups=2, kv=8)
+    cases = {
+        "causal, no mask": (None, {}),
+        "causal, dataloader mask": (dataloader_mask(b, s), {}),
+        "causal, --reset-attention-mask": (dataloader_mask(b, s, eod_at=(9, 20), reset=True), {}),
+        "padding type, causal-looking mask": (dataloader_mask(b, s), {"mask_type": AttnMaskType.padding}),
+    }
+    result = {}
+    for name, (mask, kw) in cases.items():
+        module = make(**gqa, **kw)
+        q, k, v = inputs(s, s, b, 8, 2, 8, torch.float32)
+        with RecordedSdpa() as rec:
+            module(q, k, v, mask)
+        result[name] = rec.calls
+
+    # One mask through four layers: compared once; changed in place: compared again.
+    mask = dataloader_mask(b, s)
+    layers = [make(**gqa, layer=n) for n in range(1, 5)]
+    compared = []
+    real_equal = torch.equal
+
+    def counting_equal(a, c):
+        compared.append(1)
+        return real_equal(a, c)
+
+    torch.equal = counting_equal
+    try:
+        with RecordedSdpa() as rec:
+            for layer in layers:
+                layer(*inputs(s, s, b, 8, 2, 8, torch.float32), mask)
+            first = len(compared)
+            mask[:, :, 20, :5] = True  # no longer the plain causal mask (as a document end at 4)
+            layers[0](*inputs(s, s, b, 8, 2, 8, torch.float32), mask)
+    finally:
+        torch.equal = real_equal
+    result["four layers, one mask"] = {"compared": first, "compared_after_change": len(compared) - first,
+                                       "causal_calls": [c["is_causal"] for c in rec.calls]}
+    return result
 
 
 def scale_reference():

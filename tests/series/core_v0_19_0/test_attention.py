@@ -26,7 +26,7 @@ pytest.importorskip("torch")
 RELEASE = "core_v0.19.0"
 SERIES_DIR = Path(__file__).resolve().parents[3] / "patchsets" / RELEASE
 PATCH = "sdpa-attention"
-GROUPS = "compare,scale_reference,dropout,selection"
+GROUPS = "compare,calls,scale_reference,dropout,selection"
 
 FP32_ABS = 1e-5  # max |SDPA - explicit|, output and every input gradient
 BF16_REL = 2e-2  # the same relative to the largest value, bf16
@@ -70,8 +70,30 @@ def test_sdpa_matches_explicit_forward_and_backward(attention_results):
         else:
             assert case["out"] <= FP32_ABS and case["grad"] <= FP32_ABS, case
     names = " ".join(c["case"] for c in attention_results["compare"])
-    for needed in ("causal", "padding", "fully masked", "gqa", "cross", "decode", "layer scaling", "bf16"):
+    for needed in ("causal", "dataloader mask", "reset-attention-mask", "padding", "fully masked", "gqa", "cross",
+                   "decode", "layer scaling", "bf16"):
         assert needed in names
+
+
+def test_causal_layers_reach_sdpa_with_is_causal_and_no_mask(attention_results):
+    """What a GPU would run: the plain causal mask (pretrain_gpt.py's dataloader mask, or none)
+    becomes is_causal=True with no mask tensor, as Transformer Engine does for the causal mask
+    type, so the flash kernels can run; grouped key/value heads go in unrepeated (enable_gqa).
+    Any other mask is applied as given, with the heads repeated for the memory-efficient kernel."""
+    calls = attention_results["calls"]
+    fast = {"is_causal": True, "attn_mask": None, "enable_gqa": True, "q_heads": 8, "k_heads": 2}
+    assert calls["causal, no mask"] == [fast]
+    assert calls["causal, dataloader mask"] == [fast]
+    masked = {"is_causal": False, "attn_mask": [2, 1, 32, 32], "enable_gqa": False, "q_heads": 8, "k_heads": 8}
+    assert calls["causal, --reset-attention-mask"] == [masked]
+    assert calls["padding type, causal-looking mask"] == [masked]
+
+
+def test_one_mask_check_per_micro_batch(attention_results):
+    """Every layer gets the same mask tensor: it is compared with the causal mask once (one host
+    sync on a GPU), and again only after it changed in place."""
+    four = attention_results["calls"]["four layers, one mask"]
+    assert four == {"compared": 1, "compared_after_change": 1, "causal_calls": [True, True, True, True, False]}
 
 
 def test_scale_is_softmax_scale_times_layer_coefficient(attention_results):
