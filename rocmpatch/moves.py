@@ -53,9 +53,11 @@ def lock_paths(repo: gitcmd.Repo) -> list[Path]:
     return [root / line for line in out.split("\n")]
 
 
-def _identity(path: Path | str | None = None, *, info: os.stat_result | None = None) -> dict:
+def _identity(path: Path | str, *, info: os.stat_result | None = None) -> dict:
+    """What tells this lock file from another one at the same name: its real path (the target may
+    be named through a symlink another time), device, inode and mtime (never written after)."""
     info = info or os.lstat(path)
-    return {"device": info.st_dev, "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
+    return {"path": os.path.realpath(path), "device": info.st_dev, "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
 
 
 class Move:
@@ -91,7 +93,7 @@ class Move:
         holder.unlink(missing_ok=True)
         descriptor = os.open(holder, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
         try:
-            self.record["locks"] = [{"path": str(lock), **_identity(info=os.fstat(descriptor))}]
+            self.record["locks"] = [_identity(lock, info=os.fstat(descriptor))]
         finally:
             os.close(descriptor)
         try:
@@ -105,7 +107,7 @@ class Move:
             except OSError:  # a file system without hard links: created in place, then recorded
                 descriptor = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
                 os.close(descriptor)
-                self.record["locks"] = [{"path": str(lock), **_identity(lock)}]
+                self.record["locks"] = [_identity(lock)]
                 self._save()
         finally:
             holder.unlink(missing_ok=True)
@@ -149,7 +151,7 @@ class Move:
     def set_head(self, new_commit: str, old_commit: str | None) -> None:
         def record_ref_locks() -> None:  # git holds them now: ours until it commits
             held = [path for path in self.locks[1:] if os.path.lexists(path)]
-            self.record["locks"] = self.record["locks"][:1] + [{"path": str(path), **_identity(path)} for path in held]
+            self.record["locks"] = self.record["locks"][:1] + [_identity(path) for path in held]
             self._save()
 
         gitcmd.update_ref_holding(self.repo, "HEAD", new_commit, old_commit, message=f"rocmpatch {self.operation}",
@@ -322,7 +324,7 @@ def _remove_if_recorded(path: Path, records: list[dict]) -> bool:
         now = _identity(path)
     except OSError:
         return False
-    if any(record.get("path") == str(path) and all(record.get(key) == value for key, value in now.items()) for record in records):
+    if any(all(record.get(key) == value for key, value in now.items()) for record in records):
         path.unlink()
         return True
     return False

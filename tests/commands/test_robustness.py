@@ -317,6 +317,19 @@ def test_a_killed_move_that_git_cannot_finish_is_rolled_back_by_the_next_command
     assert run_rocmpatch("apply", *where).returncode == 0
 
 
+def test_our_index_lock_is_known_through_another_name_of_the_target(project, upstream, tmp_path):
+    target = hard_linked_clone(upstream, tmp_path / "clone")
+    subprocess.run(["git", "-C", str(target), "checkout", "-q", upstream.ref], check=True)
+    (tmp_path / "link").symlink_to(target)
+    series_dir = ["--series-dir", str(project.series_dir)]
+    killed = run_rocmpatch("apply", "--target", str(tmp_path / "link"), *series_dir,
+                           env={"ROCMPATCH_TEST_INTERRUPT_AT": "index-held", "ROCMPATCH_TEST_SIGNAL": "KILL"})
+    assert killed.returncode == -9 and (target / ".git/index.lock").exists()
+    again = run_rocmpatch("apply", "--target", str(target), *series_dir)
+    assert again.returncode == 0 and "finished the interrupted 'apply'" in again.stdout, again.stderr
+    assert not (target / ".git/index.lock").exists()
+
+
 def test_a_name_too_long_for_the_file_system_is_refused_before_anything_changes(cli, upstream, tmp_path):
     location = make_series(tmp_path / "long", upstream, patches=[("long-name", {"pkg/" + "n" * 300 + ".py": "X = 1\n"})])
     target = tmp_path / "clone"
