@@ -70,8 +70,12 @@ def wheel_tree(dest: Path, loaded: list) -> Path:
     from tests.megatron_wheel import megatron_core_files
 
     files = megatron_core_files(RELEASE)
-    parts = [Patch(p.patch.name, p.patch.source, tuple(f for f in p.patch.files if f.old_path is None or f.old_path in files))
-             for p in loaded]
+    known = set(files)  # the wheel's files and those an earlier patch created
+    parts = []
+    for p in loaded:
+        kept = tuple(f for f in p.patch.files if f.old_path is None or f.old_path in known)
+        known.update(f.new_path for f in kept if f.new_path is not None)
+        parts.append(Patch(p.patch.name, p.patch.source, kept))
     return _write(dest, {**files, **apply_series(parts, read_from_mapping(files))})
 
 
