@@ -8,7 +8,8 @@ returns plain values; the assertions live in test_compat.py. Groups (comma-separ
 - args: parse_args + validate_args + core_transformer_config_from_args for several command lines,
   with the WARNING lines validate_args printed;
 - norm: WrappedTorchNorm's parameters under sequence parallelism, and its refusals;
-- config: moe_paged_stash without triton; the GPT TE spec without TE;
+- config: moe_paged_stash without triton; the GPT, T5 and heterogeneous GPT TE specs without TE;
+- vision: CLIPViTModel and LLaVAModel with the local spec, a forward and backward on CPU (gloo);
 - sp_grads: one of two gloo ranks, a torch norm's gradients after the TP reduction of
   finalize_model_grads (TP=2 + sequence parallelism);
 - distopt: DistributedOptimizer's torch-Adam step handling (state_dict, load_state_dict,
@@ -43,6 +44,8 @@ ARG_CASES = {
     "moe": (1, ["--num-experts", "4", "--moe-router-topk", "2"]),
     "tp2_sp": (2, ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     "pp2_distopt": (2, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ckpt-format", "torch_dist"]),
+    # cpu-training (0051): refused on the CPU path, checked here with the other argument cases
+    "megatron_fsdp_on_cpu": (1, ["--use-megatron-fsdp", "--distributed-backend", "gloo", "--ckpt-format", "fsdp_dtensor"]),
 }
 ARG_KEYS = ("transformer_impl", "apply_rope_fusion", "gradient_accumulation_fusion", "masked_softmax_fusion",
             "no_persist_layer_norm", "moe_grouped_gemm", "sequence_parallel")
@@ -135,11 +138,84 @@ def check_config() -> dict:
     except Exception as exc:  # noqa: BLE001
         result["paged_stash"] = error_text(exc)
     result["local_spec"] = type(get_gpt_layer_local_spec()).__name__
+    from megatron.core.models.gpt.heterogeneous.heterogeneous_layer_specs import get_gpt_heterogeneous_layer_spec
+    from megatron.core.models.T5 import t5_spec
+
+    te_specs = {
+        "te_spec": get_gpt_layer_with_transformer_engine_spec,
+        "t5_encoder_te_spec": lambda: t5_spec.get_t5_encoder_with_transformer_engine_block_spec(2),
+        "t5_decoder_te_spec": lambda: t5_spec.get_t5_decoder_with_transformer_engine_block_spec(2),
+        # the TE check comes before the config is read
+        "heterogeneous_te_spec": lambda: get_gpt_heterogeneous_layer_spec(None, use_te=True),
+    }
+    for key, build in te_specs.items():
+        try:
+            build()
+            result[key] = None
+        except Exception as exc:  # noqa: BLE001
+            result[key] = error_text(exc)
+    result["t5_local_spec"] = type(t5_spec.get_t5_encoder_with_local_block_spec(2)).__name__
+    return result
+
+
+def check_vision() -> dict:
+    """CLIPViTModel and LLaVAModel built with the local spec (no TE), one forward and backward each
+    on CPU, world size 1 over gloo."""
+    import tempfile
+    from copy import deepcopy
+
+    import torch
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1)
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.multimodal.llava_model import LLaVAModel
+    from megatron.core.models.vision.clip_vit_model import CLIPViTModel
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.spec_utils import get_submodules
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    parallel_state.initialize_model_parallel()
+    model_parallel_cuda_manual_seed(123)
+    spec = get_gpt_layer_local_spec()
+
+    def clip():
+        config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True)
+        model = CLIPViTModel(config, spec, img_h=56, img_w=56, patch_dim=14)
+        return model, model(torch.randn(2, 3, 56, 56)), type(model.ln_pre).__name__
+
+    def llava():
+        language = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4)
+        vision = TransformerConfig(num_layers=2, hidden_size=16, num_attention_heads=2)
+        projection = TransformerConfig(num_layers=2, hidden_size=64, ffn_hidden_size=32, num_attention_heads=1)
+        language.language_model_type, vision.vision_model_type = "dummy", "clip"
+        model = LLaVAModel(
+            language_transformer_config=language, language_transformer_layer_spec=spec, language_vocab_size=128,
+            language_max_sequence_length=256, vision_transformer_config=vision,
+            vision_transformer_layer_spec=deepcopy(spec), drop_vision_class_token=False,
+            vision_projection_config=projection, vision_projection_layer_spec=deepcopy(get_submodules(spec.submodules.mlp)),
+            img_h=56, img_w=56, patch_dim=14,
+        )
+        tokens = torch.randint(0, 100, (2, 32))
+        tokens[:, 3] = model.image_token_index
+        logits = model(torch.randn(2, 3, 56, 56), tokens, torch.arange(32).expand(2, -1), attention_mask=None)
+        return model, logits[0] if isinstance(logits, tuple) else logits, type(model.vision_model.ln_pre).__name__
+
+    result = {}
     try:
-        get_gpt_layer_with_transformer_engine_spec()
-        result["te_spec"] = None
-    except Exception as exc:  # noqa: BLE001
-        result["te_spec"] = error_text(exc)
+        for name, build in (("clip", clip), ("llava", llava)):
+            try:
+                model, out, norm = build()
+                out.float().square().mean().backward()
+                params = list(model.parameters())
+                result[name] = {"shape": list(out.shape), "norm": norm, "params": len(params),
+                                "with_grad": sum(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in params),
+                                "device": str(out.device)}
+            except Exception as exc:  # noqa: BLE001
+                result[name] = error_text(exc)
+    finally:
+        parallel_state.destroy_model_parallel()
+        torch.distributed.destroy_process_group()
     return result
 
 
@@ -257,7 +333,7 @@ def check_sp_grads() -> dict:
         torch.distributed.destroy_process_group()
 
 
-CHECKS = {"sp_grads": check_sp_grads, "imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt}
+CHECKS = {"vision": check_vision, "sp_grads": check_sp_grads, "imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt}
 
 
 def run(groups: str) -> dict:

@@ -60,10 +60,34 @@ def test_paged_stash_without_triton_is_refused_naming_the_flag(patched):
     assert "--moe-paged-stash" in patched["config"]["paged_stash"]
 
 
-def test_te_spec_without_te_says_what_to_use(patched):
+@pytest.mark.parametrize("spec, local", [
+    ("te_spec", "get_gpt_layer_local_spec"),
+    ("t5_encoder_te_spec", "get_t5_encoder_with_local_block_spec"),
+    ("t5_decoder_te_spec", "get_t5_decoder_with_local_block_spec"),
+    ("heterogeneous_te_spec", "use_te=False"),
+])
+def test_te_spec_without_te_says_what_to_use(patched, spec, local):
     assert patched["config"]["local_spec"] == "ModuleSpec"
-    assert patched["config"]["te_spec"].startswith("ImportError: The Transformer Engine spec needs Transformer Engine")
-    assert "--transformer-impl local" in patched["config"]["te_spec"]
+    assert patched["config"]["t5_local_spec"] == "TransformerBlockSubmodules"
+    error = patched["config"][spec]
+    assert error.startswith("ImportError: The Transformer Engine spec needs Transformer Engine"), error
+    assert "--transformer-impl local" in error and local in error
+    assert "\n" not in error
+
+
+@pytest.fixture(scope="session")
+def vision(tree019, child_dir) -> dict:
+    return harness.run_child("compat_checks", "vision", tree019, child_dir)["vision"]
+
+
+@pytest.mark.parametrize("model, shape", [("clip", [2, 17, 64]), ("llava", [2, 48, 128])])
+def test_clip_and_llava_build_and_train_on_cpu_without_te(vision, model, shape):
+    """CLIP: 16 patches + the class token; LLaVA: 31 text tokens + 17 image embeddings, vocab 128."""
+    result = vision[model]
+    assert isinstance(result, dict), result  # an error text otherwise (TypeError: ... 'config' without 0012)
+    assert result["shape"] == shape and result["device"] == "cpu"
+    assert result["norm"] in ("LayerNorm", "RMSNorm")  # WrappedTorchNorm builds torch's own norm
+    assert result["with_grad"] == result["params"], result
 
 
 def test_default_flags_fall_back_to_local_in_one_line_each(patched):
@@ -83,6 +107,14 @@ def test_default_flags_fall_back_to_local_in_one_line_each(patched):
 def test_explicit_transformer_engine_without_te_fails_naming_the_flag(patched):
     for name in ("explicit_te", "explicit_te_equals"):
         assert patched["args"][name]["error"] == TE_ERROR
+
+
+def test_megatron_fsdp_on_the_cpu_path_is_refused_in_one_line(patched):
+    """cpu-training (0051): Megatron-FSDP's buffers and streams need a GPU; before, validate_args
+    failed in get_device_arch_version with "Torch not compiled with CUDA enabled"."""
+    assert patched["args"]["megatron_fsdp_on_cpu"]["error"] == (
+        "RuntimeError: --use-megatron-fsdp needs a GPU (its buffers and streams are CUDA/ROCm only): drop it to "
+        "train on CPU with --distributed-backend gloo (--use-distributed-optimizer shards the optimizer state there too).")
 
 
 def test_explicit_local_with_fusions_off_is_quiet(patched):
