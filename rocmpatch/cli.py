@@ -46,6 +46,24 @@ def nodes_option(command: Callable) -> Callable:
     return click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Number of nodes.")(command)
 
 
+def _warn_gpus_count(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    if value is not None:
+        from rocmpatch.console import note
+
+        note(f"rocmpatch: warning: --gpus {value} is deprecated here: write --gpus-per-node {value} (a count; smoke's --gpus takes GPU indices)")
+    return value
+
+
+def gpus_per_node_option(default: str) -> Callable[[Callable], Callable]:
+    """--gpus-per-node N, a count (smoke's --gpus takes indices), with the old --gpus N kept hidden, warning."""
+    def decorate(command: Callable) -> Callable:
+        command = click.option("--gpus", "deprecated_gpus", type=click.IntRange(min=1), hidden=True, callback=_warn_gpus_count,
+                               expose_value=True)(command)
+        return click.option("--gpus-per-node", type=click.IntRange(min=1), metavar="N",
+                            help=f"Processes (GPUs) per node [{default}].")(command)
+    return decorate
+
+
 def _run(command: Callable[..., ExitCode], **kwargs) -> None:
     from rocmpatch.error_handler import handled
 
@@ -225,7 +243,7 @@ def env(as_json, export) -> None:
 
 
 @app.command()
-@click.option("--gpus", type=click.IntRange(min=1), help="Processes (GPUs) per node [every visible GPU with --run, else 8].")
+@gpus_per_node_option("every visible GPU with --run, else 8")
 @nodes_option
 @click.option("--slurm", is_flag=True, help="Print the `srun torchrun` line for a Slurm allocation.")
 @click.option("--run", "launch", is_flag=True, help="Start it on this node now (torchrun --standalone) instead of printing the line.")
@@ -233,12 +251,13 @@ def env(as_json, export) -> None:
 @click.option("--min-of-median", type=float, help="Slow: under this share of the median [0.5].")
 @click.option("--min-of-peak", type=float, help="Slow: GEMM under this share of the GPU's bf16 peak [0.25].")
 @click.option("--min-busbw", type=float, metavar="GBPS", help="Slow: all-reduce bus bandwidth under this (GB/s).")
-def preflight(gpus, nodes, slurm, launch, device, min_of_median, min_of_peak, min_busbw) -> None:
+@click.option("--json", "json_file", type=PATH, metavar="FILE", help="Rank 0 also writes the report as JSON to FILE (format in docs/commands.md).")
+def preflight(gpus_per_node, deprecated_gpus, nodes, slurm, launch, device, min_of_median, min_of_peak, min_busbw, json_file) -> None:
     """Print how to launch the GEMM and all-reduce preflight for N nodes (or --run it here); exit 1 if a rank or node is slow."""
     from rocmpatch.commands.preflight import run
 
-    _run(run, gpus=gpus, nodes=nodes, slurm=slurm, launch=launch, device=device,
-         min_of_median=min_of_median, min_of_peak=min_of_peak, min_busbw=min_busbw)
+    _run(run, gpus=gpus_per_node or deprecated_gpus, nodes=nodes, slurm=slurm, launch=launch, device=device,
+         min_of_median=min_of_median, min_of_peak=min_of_peak, min_busbw=min_busbw, json_file=json_file)
 
 
 @app.group(no_args_is_help=True)
@@ -246,7 +265,7 @@ def recipe() -> None:
     """Training recipes for the newest release: list, show, launch."""
 
 
-RECIPE_NAME = click.argument("name", metavar="NAME")  # a recipe name from `rocmpatch recipe list`
+RECIPE_NAME = click.argument("name", metavar="NAME")  # a recipe name from `rocmpatch recipe list`, or a recipe file
 
 
 @recipe.command("list")
@@ -262,7 +281,7 @@ def recipe_list(as_json) -> None:
 @RECIPE_NAME
 @json_option
 def recipe_show(name, as_json) -> None:
-    """Show a recipe's arguments, layouts and memory estimate per GPU (NAME: from `rocmpatch recipe list`)."""
+    """Show a recipe's arguments, layouts and memory estimate per GPU (NAME: from `rocmpatch recipe list`, or a recipe file)."""
     from rocmpatch.commands.recipe import run_show
 
     _run(run_show, name=name, as_json=as_json)
@@ -271,19 +290,28 @@ def recipe_show(name, as_json) -> None:
 @recipe.command("launch")
 @RECIPE_NAME
 @target_option
-@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs per node.")
+@gpus_per_node_option("8; 2 processes with --device cpu")
 @nodes_option
 @click.option("--slurm", is_flag=True, help="Start with `srun torchrun` inside a Slurm allocation.")
 @click.option("--dry-run", is_flag=True, help="Print the command line; run nothing.")
-@click.option("--data-path", metavar="PREFIX", help="Preprocessed data prefix [$DATA_PATH].")
-@click.option("--tokenizer", metavar="MODEL", help="Hugging Face tokenizer name or path [$TOKENIZER_MODEL].")
+@click.option("--data-path", metavar="PREFIX", help="Preprocessed data: the prefix of the .bin/.idx pair tools/preprocess_data.py wrote.")
+@click.option("--tokenizer", metavar="MODEL", help="The tokenizer the data was preprocessed with: a Hugging Face name or a local folder (--tokenizer-model).")
 @click.option("--mock-data", is_flag=True, help="Synthetic data and a NullTokenizer: no files needed.")
-def recipe_launch(name, target, gpus, nodes, slurm, dry_run, data_path, tokenizer, mock_data) -> None:
-    """Start (or with --dry-run print) torchrun TARGET/pretrain_gpt.py with a recipe's layout for --gpus x --nodes (NAME: from `rocmpatch recipe list`)."""
+@click.option("--save", metavar="DIR", help="Save checkpoints to DIR and resume from it (--save DIR --load DIR, --save-interval: the recipe's --eval-interval); the learning-rate schedule follows this run's flags, so a resumed run may use a larger --train-iters.")
+@click.option("--device", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
+              help="cpu: the recipe's architecture at a tiny size (2 layers, hidden 64), over gloo on this machine's CPU, for a try.")
+@click.argument("megatron_args_after", nargs=-1, type=click.UNPROCESSED, metavar="[-- MEGATRON_ARGS...]")
+def recipe_launch(name, target, gpus_per_node, deprecated_gpus, nodes, slurm, dry_run, data_path, tokenizer, mock_data, save, device,
+                  megatron_args_after) -> None:
+    """Start (or with --dry-run print) torchrun TARGET/pretrain_gpt.py with a recipe's layout for --gpus-per-node x --nodes.
+
+    NAME: a recipe from `rocmpatch recipe list`, or the path of a recipe .yaml file (a copy you edited).
+    Megatron flags after `--` replace the recipe's flag of the same name or are added (-- --train-iters 500)."""
     from rocmpatch.commands.recipe import run_launch
 
-    _run(run_launch, name=name, target=target, gpus=gpus, nodes=nodes, slurm=slurm, dry_run=dry_run,
-         data_path=data_path, tokenizer=tokenizer, mock_data=mock_data)
+    _run(run_launch, name=name, target=target, gpus_per_node=gpus_per_node or deprecated_gpus, nodes=nodes, slurm=slurm,
+         dry_run=dry_run, device=device, data_path=data_path, tokenizer=tokenizer, mock_data=mock_data, save=save,
+         megatron_args_after=megatron_args_after)
 
 
 @app.command()

@@ -1,4 +1,6 @@
-"""Load and check the recipe files (rocmpatch/recipes/*.yaml) and turn a layout into Megatron arguments."""
+"""Load and check the recipe files (rocmpatch/recipes/*.yaml, or any file a user copied and edited)
+and turn a layout into Megatron arguments: the recipe's own layouts, a layout for more nodes derived
+from its multi-node one, or a scaled-down shape for a try on CPU."""
 
 from __future__ import annotations
 
@@ -47,24 +49,94 @@ class Recipe:
         return estimate(self.merged_args(layout), self.vocab_size, layout.world_size)
 
     def layout_for(self, gpus: int, nodes: int) -> Layout:
+        """The recipe's layout for gpus x nodes, else one derived from its layout with the most nodes
+        for that many GPUs per node: same parallel sizes, the global batch scaled with the nodes (each
+        data-parallel rank keeps its batch)."""
         for layout in self.layouts:
             if layout.gpus_per_node == gpus and layout.nodes == nodes:
                 return layout
-        have = ", ".join(f"{l.name} (--gpus {l.gpus_per_node} --nodes {l.nodes})" for l in self.layouts)
-        raise UsageError(f"recipe {self.name} has no layout for {gpus} GPU(s) x {nodes} node(s)", hint=f"its layouts: {have}")
+        same_node = [l for l in self.layouts if l.gpus_per_node == gpus]
+        if not same_node:
+            have = ", ".join(f"{l.name} (--gpus-per-node {l.gpus_per_node} --nodes {l.nodes})" for l in self.layouts)
+            raise UsageError(f"recipe {self.name} has no layout for {gpus} GPU(s) per node", hint=f"its layouts: {have}")
+        base = max(same_node, key=lambda l: l.nodes)
+        args = dict(base.args)
+        batch = _int({**self.args, **args}, "--global-batch-size", 1) * nodes
+        if batch % base.nodes:
+            raise UsageError(f"recipe {self.name}: layout {base.name}'s global batch does not scale to {nodes} node(s)",
+                             hint=f"use a multiple of {base.nodes} nodes, or add a layout for {nodes} node(s) to a copy of {self.path}")
+        args["--global-batch-size"] = batch // base.nodes
+        layout = Layout(f"{nodes}node", nodes, gpus, f"{nodes} nodes, derived from {base.name}", base.gpu_memory_gb, None, args)
+        problems = _layout_problems({**self.args, **args}, layout.world_size)
+        if problems:
+            raise UsageError(f"recipe {self.name}: layout {base.name} scaled to {nodes} node(s): {'; '.join(problems)}",
+                             hint=f"add a layout for {nodes} node(s) to a copy of {self.path}")
+        return layout
+
+    def cpu_args(self, processes: int) -> dict:
+        """The recipe's flags at a size a CPU trains in a minute, for `recipe launch --device cpu`:
+        its architecture switches (RoPE, RMSNorm, SwiGLU, GQA, MoE routing, precision, optimizer) kept,
+        its sizes, parallel layout and schedule replaced by CPU_SHAPE, over gloo."""
+        args = {flag: value for flag, value in self.args.items() if flag not in CPU_DROPPED}
+        shape = dict(CPU_SHAPE)
+        if "--num-experts" in args:
+            shape["--num-experts"] = min(4, _int(args, "--num-experts", 4))
+        if "--num-query-groups" not in args:
+            shape.pop("--num-query-groups")
+        if "--ffn-hidden-size" not in args:
+            shape.pop("--ffn-hidden-size")
+        shape["--global-batch-size"] = shape["--micro-batch-size"] * processes * 2
+        return {**args, **shape}
+
+
+# What `--device cpu` replaces: the sizes, the parallel layout and the schedule of a GPU run.
+CPU_DROPPED = frozenset((
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--expert-model-parallel-size",
+    "--context-parallel-size", "--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+))
+CPU_SHAPE = {
+    "--distributed-backend": "gloo",
+    "--num-layers": 2, "--hidden-size": 64, "--ffn-hidden-size": 128, "--num-attention-heads": 4,
+    "--num-query-groups": 2, "--seq-length": 64, "--max-position-embeddings": 64,
+    "--micro-batch-size": 2, "--global-batch-size": 8,
+    "--train-iters": 10, "--lr-warmup-iters": 2, "--eval-interval": 10, "--eval-iters": 2, "--log-interval": 1,
+}
 
 
 def to_argv(args: dict) -> list[str]:
-    """{'--bf16': True, '--lr': 3e-4, '--x': False} -> ['--bf16', '--lr', '0.0003']."""
+    """{'--bf16': True, '--lr': 3e-4, '--x': False, '--data-path': ('0.7', 'a')} ->
+    ['--bf16', '--lr', '0.0003', '--data-path', '0.7', 'a']."""
     argv: list[str] = []
     for flag, value in args.items():
         if value is True:
             argv.append(flag)
         elif value is False or value is None:
             continue
+        elif isinstance(value, (tuple, list)):
+            argv += [flag, *map(str, value)]
         else:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv
+
+
+def parse_argv(argv: list[str] | tuple[str, ...]) -> dict:
+    """Megatron flags given on the command line (after `--`) as recipe args: a flag alone is a
+    switch (True), one value a string, several values a tuple (`--data-path 0.7 a 0.3 b`)."""
+    args: dict = {}
+    flag = None
+    for token in argv:
+        if token.startswith("--") and len(token) > 2:
+            flag, value = token.split("=", 1) if "=" in token else (token, None)
+            args[flag] = True if value is None else value
+        elif flag is None:
+            raise UsageError(f"{token!r} after -- is not a Megatron flag", hint="write Megatron's flags as --name value")
+        elif args[flag] is True:
+            args[flag] = token
+        else:
+            previous = args[flag]
+            args[flag] = (*previous, token) if isinstance(previous, tuple) else (previous, token)
+    return args
 
 
 def _check_args(where: str, args) -> dict:
@@ -92,10 +164,16 @@ def _check_layout(recipe_path: Path, recipe_args: dict, raw) -> Layout:
         raise InvalidInput(where, f"unknown keys {sorted(unknown)}" if unknown else f"missing keys {sorted(missing)}")
     layout = Layout(str(raw["name"]), int(raw["nodes"]), int(raw["gpus_per_node"]), str(raw["sized_for"]), float(raw["gpu_memory_gb"]),
                     raw.get("tokens_per_second"), _check_args(f"{where}: args", raw["args"]))
-    args = {**recipe_args, **layout.args}
+    problems = _layout_problems({**recipe_args, **layout.args}, layout.world_size)
+    if problems:
+        raise InvalidInput(where, "; ".join(problems))
+    return layout
+
+
+def _layout_problems(args: dict, world: int) -> list[str]:
+    """What makes Megatron refuse these args on `world` GPUs (or the estimate meaningless)."""
     tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
     ep = _int(args, "--expert-model-parallel-size", 1)
-    world = layout.world_size
     problems = []
     if world % (tp * pp):
         problems.append(f"{world} GPUs are not a multiple of TP {tp} x PP {pp}")
@@ -112,9 +190,7 @@ def _check_layout(recipe_path: Path, recipe_args: dict, raw) -> Layout:
         problems.append(f"experts or GPUs not divisible by EP {ep}")
     if tp > 1 and not args.get("--sequence-parallel"):
         problems.append("TP > 1 without --sequence-parallel (the memory estimate and upstream's advice assume it)")
-    if problems:
-        raise InvalidInput(where, "; ".join(problems))
-    return layout
+    return problems
 
 
 def load(path: Path) -> Recipe:
@@ -140,7 +216,12 @@ def names() -> list[str]:
 
 
 def find(name: str) -> Recipe:
-    path = DIRECTORY / f"{name}.yaml"
-    if name not in names():
-        raise UsageError(f"no recipe named {name!r}", hint=f"known: {', '.join(names())}")
-    return load(path)
+    """A recipe by name (rocmpatch/recipes/NAME.yaml) or by the path of a recipe file (a copy a user edited)."""
+    if name in names():
+        return load(DIRECTORY / f"{name}.yaml")
+    path = Path(name).expanduser()
+    if path.suffix in (".yaml", ".yml") or "/" in name:
+        if not path.is_file():
+            raise UsageError(f"no recipe file {name}", hint=f"give a recipe name ({', '.join(names())}) or the path of a recipe .yaml file")
+        return load(path)
+    raise UsageError(f"no recipe named {name!r}", hint=f"known: {', '.join(names())}; or give the path of a recipe .yaml file")

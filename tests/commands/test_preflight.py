@@ -12,7 +12,7 @@ def invoke(*args):
 
 def test_prints_the_launch_line_for_one_node_many_nodes_and_slurm():
     assert invoke().stdout.strip() == "torchrun --standalone --nproc-per-node 8 -m rocmpatch.preflight"
-    lines = invoke("--nodes", "2", "--gpus", "4", "--min-busbw", "40").stdout.strip().splitlines()
+    lines = invoke("--nodes", "2", "--gpus-per-node", "4", "--min-busbw", "40").stdout.strip().splitlines()
     assert lines[-1] == ("torchrun --nnodes 2 --nproc-per-node 4 --rdzv-id rocmpatch-preflight --rdzv-backend c10d "
                          "--rdzv-endpoint $MASTER_ADDR:29500 -m rocmpatch.preflight --min-busbw 40")
     slurm = invoke("--nodes", "2", "--slurm").stdout
@@ -23,3 +23,12 @@ def test_prints_the_launch_line_for_one_node_many_nodes_and_slurm():
 def test_run_is_for_this_node_only():
     result = invoke("--run", "--nodes", "2")
     assert result.exit_code == ExitCode.USAGE
+
+
+def test_json_file_goes_to_the_workers_and_gpus_is_a_deprecated_count():
+    """`rocmpatch preflight --json FILE` works as the docs say (rank 0 writes FILE); --gpus N still
+    works as a count, with a warning naming --gpus-per-node (smoke's --gpus takes indices)."""
+    result = invoke("--gpus", "2", "--json", "report.json")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "torchrun --standalone --nproc-per-node 2 -m rocmpatch.preflight --json report.json"
+    assert "--gpus-per-node 2" in result.stderr

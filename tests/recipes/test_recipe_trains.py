@@ -34,3 +34,25 @@ def test_scaled_down_recipe_trains(name, tree019):  # noqa: F811 (the fixture im
         kept["--num-experts"] = 4  # a multiple of the two processes, small enough for the CPU
     losses, _ = pretrain_gpt(tree019, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
     assert_learns(losses, ITERS)
+
+
+def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(tree019, tmp_path):  # noqa: F811
+    """`recipe launch --device cpu` itself (no dry run): trains the scaled-down recipe over gloo, saves,
+    then resumes from the same --save directory with a larger --train-iters."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.series.core_v0_19_0.test_training import ITERATION, child_env
+
+    def launch(iters: int) -> dict[int, float]:
+        command = [sys.executable, "-m", "rocmpatch", "recipe", "launch", "llama3-8b", "-t", str(tree019), "--device", "cpu",
+                   "--mock-data", "--save", str(tmp_path / "ckpt"), "--", "--train-iters", str(iters), "--eval-iters", "1"]
+        env = {**child_env(), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=500, check=False)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, output[-6000:]
+        return {int(m[1]): float(m[2]) for m in ITERATION.finditer(output)}
+
+    assert sorted(launch(3)) == [1, 2, 3]
+    assert sorted(launch(5)) == [4, 5]  # resumed at 3, went on to the new end

@@ -79,28 +79,111 @@ def test_list_and_show():
     assert invoke("show", "nope").exit_code == ExitCode.USAGE
 
 
-def test_launch_dry_run_prints_torchrun_srun_and_placeholders(tmp_path):
-    (tmp_path / "pretrain_gpt.py").write_text("")
-    result = invoke("launch", "llama3-8b", "--target", str(tmp_path), "--gpus", "8", "--nodes", "1", "--dry-run")
+def fake_tree(path):
+    (path / "pretrain_gpt.py").write_text("")
+    return str(path)
+
+
+DATA = ("--data-path", "/data/corpus_text_document", "--tokenizer", "meta-llama/Meta-Llama-3-8B")
+
+
+def launch_line(*args):
+    result = invoke("launch", "--dry-run", *args)  # before any `--`: what follows it goes to Megatron
     assert result.exit_code == 0, result.output
-    line = result.stdout.strip().splitlines()[-1]
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_launch_dry_run_prints_torchrun_and_srun(tmp_path):
+    target = fake_tree(tmp_path)
+    line = launch_line("llama3-8b", "--target", target, "--gpus-per-node", "8", "--nodes", "1", *DATA)
     argv = shlex.split(line)
     assert argv[:4] == ["torchrun", "--standalone", "--nproc-per-node", "8"]
     assert argv[4] == str(tmp_path / "pretrain_gpt.py")
-    assert "--data-path $DATA_PATH" in line and "--tokenizer-model $TOKENIZER_MODEL" in line
-    assert "--global-batch-size 128" in line and "--bf16" in argv
+    assert "--data-path /data/corpus_text_document" in line and "--tokenizer-model meta-llama/Meta-Llama-3-8B" in line
+    assert "--global-batch-size 128" in line and "--bf16" in argv and "$" not in line
 
-    slurm = invoke("launch", "llama3-70b", "-t", str(tmp_path), "--nodes", "2", "--slurm", "--dry-run",
+    slurm = invoke("launch", "llama3-70b", "-t", target, "--nodes", "2", "--slurm", "--dry-run",
                    "--data-path", "/data/my corpus_text_document", "--tokenizer", "meta-llama/Meta-Llama-3-70B").stdout
     assert "srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc-per-node 8" in slurm
     assert "'/data/my corpus_text_document'" in slurm and "--tensor-model-parallel-size 8" in slurm
 
-    mock = invoke("launch", "small-radeon", "-t", str(tmp_path), "--gpus", "1", "--mock-data", "--dry-run").stdout
+    mock = launch_line("small-radeon", "-t", target, "--gpus-per-node", "1", "--mock-data")
     assert "--mock-data" in mock and "--tokenizer-type NullTokenizer" in mock and "--vocab-size 32000" in mock
 
 
+@pytest.mark.parametrize("args, names", [
+    ((), "--data-path"),
+    (("--data-path", "/d/x_text_document"), "--tokenizer"),
+    (("--mock-data", "--data-path", "/d/x_text_document"), "--mock-data"),
+])
+def test_launch_without_data_refuses_before_anything_even_in_a_dry_run(tmp_path, args, names):
+    for dry in ((), ("--dry-run",)):
+        result = invoke("launch", "llama3-8b", "-t", fake_tree(tmp_path), *args, *dry)
+        assert result.exit_code == ExitCode.USAGE
+        assert names in result.stderr.splitlines()[0] and result.stdout == ""
+
+
+def test_flags_after_double_dash_replace_or_join_the_recipes(tmp_path):
+    line = launch_line("llama3-8b", "-t", fake_tree(tmp_path), *DATA, "--", "--train-iters", "500", "--no-load-optim",
+                       "--data-path", "0.7", "/d/a", "0.3", "/d/b")
+    argv = shlex.split(line)
+    assert argv.count("--train-iters") == 1 and argv[argv.index("--train-iters") + 1] == "500"
+    assert "--no-load-optim" in argv and argv.count("--data-path") == 1
+    assert argv[argv.index("--data-path") + 1:argv.index("--data-path") + 5] == ["0.7", "/d/a", "0.3", "/d/b"]
+    assert invoke("launch", "--dry-run", "llama3-8b", "-t", str(tmp_path), *DATA, "--", "stray").exit_code == ExitCode.USAGE
+
+
+def test_save_writes_and_resumes_from_one_directory(tmp_path):
+    argv = shlex.split(launch_line("llama3-8b", "-t", fake_tree(tmp_path), "--mock-data", "--save", "ckpt/run 1"))
+    for flag, value in (("--save", "ckpt/run 1"), ("--load", "ckpt/run 1"), ("--save-interval", "1000")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--override-opt_param-scheduler" in argv  # resuming with a larger --train-iters changes the schedule
+    argv = shlex.split(launch_line("llama3-8b", "-t", str(tmp_path), "--mock-data", "--save", "c", "--", "--save-interval", "50"))
+    assert argv[argv.index("--save-interval") + 1] == "50" and argv.count("--save-interval") == 1
+
+
+def test_a_recipe_file_path_is_a_name(tmp_path):
+    copy = tmp_path / "my-small.yaml"
+    copy.write_text(find("small-radeon").path.read_text().replace("--train-iters: 20000", "--train-iters: 77"))
+    target = fake_tree(tmp_path)
+    assert "--train-iters 77" in launch_line(str(copy), "-t", target, "--gpus-per-node", "1", "--mock-data")
+    assert "my-small" in invoke("show", str(copy)).stdout
+    missing = invoke("launch", str(tmp_path / "nope.yaml"), "-t", target, "--mock-data", "--dry-run")
+    assert missing.exit_code == ExitCode.USAGE and "no recipe file" in missing.stderr
+
+
+@pytest.mark.parametrize("nodes", [3, 4, 16])
+def test_layouts_for_more_nodes_are_derived_from_the_per_node_layout(tmp_path, nodes):
+    recipe = find("llama3-70b")
+    two = next(l for l in recipe.layouts if l.nodes == 2)
+    layout = recipe.layout_for(8, nodes)
+    assert layout.nodes == nodes and layout.world_size == 8 * nodes
+    assert layout.args["--global-batch-size"] == two.args["--global-batch-size"] * nodes // 2
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size"):
+        assert layout.args[flag] == two.args[flag]
+    line = launch_line("llama3-70b", "-t", fake_tree(tmp_path), "--nodes", str(nodes), "--mock-data")
+    assert f"--nnodes {nodes} --nproc-per-node 8" in line
+
+
+def test_cpu_runs_a_scaled_down_recipe_over_gloo(tmp_path):
+    argv = shlex.split(launch_line("mixtral-8x7b", "-t", fake_tree(tmp_path), "--device", "cpu", "--mock-data"))
+    assert argv[:2] == ["CUDA_VISIBLE_DEVICES=", "HIP_VISIBLE_DEVICES="]
+    assert argv[2:6] == ["torchrun", "--standalone", "--nproc-per-node", "2"]
+    assert argv[argv.index("--distributed-backend") + 1] == "gloo"
+    assert argv[argv.index("--hidden-size") + 1] == "64" and argv[argv.index("--num-experts") + 1] == "4"
+    assert "--expert-model-parallel-size" not in argv and "--swiglu" in argv
+    refused = invoke("launch", "mixtral-8x7b", "-t", str(tmp_path), "--device", "cpu", "--mock-data", "--nodes", "2", "--dry-run")
+    assert refused.exit_code == ExitCode.USAGE
+
+
+def test_gpus_is_a_deprecated_alias_of_gpus_per_node(tmp_path):
+    result = invoke("launch", "llama3-8b", "-t", fake_tree(tmp_path), "--gpus", "1", "--mock-data", "--dry-run")
+    assert result.exit_code == 0 and "--gpus-per-node 1" in result.stderr
+    assert "--nproc-per-node 1" in result.stdout
+
+
 def test_launch_refuses_a_missing_layout_or_target(tmp_path):
-    assert invoke("launch", "llama3-70b", "-t", str(tmp_path), "--gpus", "1", "--dry-run").exit_code == ExitCode.TARGET_REFUSED
-    (tmp_path / "pretrain_gpt.py").write_text("")
-    result = invoke("launch", "llama3-70b", "-t", str(tmp_path), "--gpus", "1", "--dry-run")
-    assert result.exit_code == ExitCode.USAGE and "no layout for 1 GPU" in result.output
+    assert invoke("launch", "llama3-70b", "-t", str(tmp_path), "--mock-data", "--dry-run").exit_code == ExitCode.TARGET_REFUSED
+    fake_tree(tmp_path)
+    result = invoke("launch", "llama3-70b", "-t", str(tmp_path), "--gpus-per-node", "3", "--mock-data", "--dry-run")
+    assert result.exit_code == ExitCode.USAGE and "no layout for 3 GPU(s) per node" in result.output
