@@ -1,12 +1,15 @@
 """The two consoles: results on stdout, messages and progress on stderr (Rich, made on first use).
 
 Both write to whatever sys.stdout / sys.stderr are at the moment of writing, so tests that
-capture those (CliRunner, capsys) see everything.
+capture those (CliRunner, capsys) see everything. Output that is not a terminal (a pipe, a log, CI)
+is never cut: Rich would take 80 columns there and shorten patch names and paths with an ellipsis,
+so tables get as many columns as their widest row needs (COLUMNS, when set, still wins).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -26,7 +29,10 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True, emoji=False)
+            stream = sys.stderr if self._stderr else sys.stdout
+            uncut = not _is_terminal(stream) and not os.environ.get("COLUMNS")
+            self._console = Console(stderr=self._stderr, highlight=False, soft_wrap=True, emoji=False,
+                                    width=UNCUT_WIDTH if uncut else None)
         return self._console
 
     def print(self, *objects: Any, markup: bool | None = None, **options: Any) -> None:
@@ -46,6 +52,22 @@ def tolerate_any_encoding() -> None:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, OSError):
             pass  # not a text file of ours (a test's capture): it keeps its own policy
+
+
+# Wider than any row rocmpatch prints; a table without expand=True is only as wide as its content.
+UNCUT_WIDTH = 100_000
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def is_terminal(*, stderr: bool = True) -> bool:
+    """Whether people watch this stream live (progress lines then redraw in place)."""
+    return _is_terminal(sys.stderr if stderr else sys.stdout)
 
 
 out = LazyConsole()

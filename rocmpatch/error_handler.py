@@ -114,8 +114,8 @@ def handled() -> Iterator[None]:
     _done = None
     try:
         yield
-    except SystemExit:
-        raise
+    except (SystemExit, BrokenPipeError):
+        raise  # a closed pipe (`rocmpatch ... | head`): Click exits 1 quietly, as any Click program does
     except KeyboardInterrupt:
         if _done is None:
             raise SystemExit(int(report(KeyboardInterrupt()))) from None
