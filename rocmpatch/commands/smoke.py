@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rocmpatch.commands import selected
-from rocmpatch.console import emit_json, err, note, out
+from rocmpatch.console import emit_json, err, is_terminal, note, out
 from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused, UsageError
 from rocmpatch.smoke import devices
 from rocmpatch.smoke.profile import load_profile, no_profile_reason
@@ -46,14 +46,12 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
     if timeouts:
         plan.timeouts.update(timeouts)
 
-    def progress(result: StageResult) -> None:
-        err.print(f"smoke: {result.name} {result.status} ({result.seconds:.1f}s)", markup=False)
-
     interrupted = False
-    try:
-        results = run_stages(plan, on_result=progress)
-    except Interrupted as stop:
-        results, interrupted = stop.results, True
+    with Progress() as progress:
+        try:
+            results = run_stages(plan, on_result=progress.result, on_step=progress.step)
+        except Interrupted as stop:
+            results, interrupted = stop.results, True
     ok = not interrupted and all(r.status != "failed" for r in results)
     if as_json:
         emit_json(report(plan, results, ok))
@@ -62,6 +60,37 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
     if interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.OK if ok else ExitCode.CHECK_FAILED
+
+
+class Progress:
+    """What smoke is doing, on stderr: on a terminal one Rich status line that follows each stage's
+    steps (with the finished stages printed above it); otherwise (a log, CI) one plain line per step."""
+
+    def __init__(self) -> None:
+        self._status = None
+
+    def __enter__(self) -> "Progress":
+        if is_terminal():
+            self._status = err.rich.status("smoke: starting", spinner="dots")
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc_info)
+
+    def step(self, stage: str, what: str) -> None:
+        if self._status is not None:
+            self._status.update(Text(f"smoke: {stage}: {what}"))
+        else:
+            err.print(f"smoke: {stage}: {what}", markup=False)
+
+    def result(self, result: StageResult) -> None:
+        line = f"smoke: {result.name} {result.status} ({result.seconds:.1f}s)"
+        if self._status is not None:
+            self._status.console.print(Text(line))
+        else:
+            err.print(line, markup=False)
 
 
 def report(plan: Plan, results: list[StageResult], ok: bool) -> dict[str, Any]:

@@ -26,6 +26,18 @@ CUDA_ONLY_MESSAGES = ("Torch not compiled with CUDA", "Found no NVIDIA driver", 
                       "no HIP GPUs", "No HIP GPUs")
 
 
+# A stage says what it is doing with a stderr line starting with this; the runner shows it as progress.
+STEP_MARKER = "rocmpatch-smoke-step: "
+SLOW_FIRST_IMPORT = ("the first import in a new environment can take a few minutes: Python compiles every module "
+                     "to bytecode (.pyc) and the OS reads the libraries from disk for the first time; later runs take seconds")
+
+
+def step(message: str) -> None:
+    """Tell the runner (and the person watching) what this stage is doing now."""
+    sys.stderr.write(STEP_MARKER + message + "\n")
+    sys.stderr.flush()
+
+
 def is_nvidia_only(module_name: str) -> bool:
     top = module_name.split(".", 1)[0]
     return top in NVIDIA_ONLY or top.endswith("_cuda")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import StageFailure, describe, stage_main
+from rocmpatch.smoke.child import StageFailure, describe, stage_main, step
 from rocmpatch.smoke.launch import die_with_parent, launcher_timeout, torchrun
 
 
@@ -131,6 +131,7 @@ def worker(config: dict[str, Any]) -> None:
 def run(config: dict[str, Any]) -> dict[str, Any]:
     world = int(config.get("world_size") or 2)
     timeout = launcher_timeout(config)
+    step(f"torchrun: {world} processes, each importing torch, then the collectives")
     outcome = torchrun(world, "rocmpatch.smoke.collectives", ["worker", json.dumps(config)], timeout,
                        Path(config["target"]))
     if outcome.timed_out:

@@ -11,7 +11,7 @@ import platform as host
 from typing import Any
 
 from rocmpatch.smoke import devices
-from rocmpatch.smoke.child import StageFailure, stage_main
+from rocmpatch.smoke.child import SLOW_FIRST_IMPORT, StageFailure, stage_main, step
 
 
 def torch_build(torch) -> tuple[str, str]:
@@ -70,7 +70,10 @@ def collective_library(torch, platform: str) -> str | None:
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
+    step(f"importing torch ({SLOW_FIRST_IMPORT})")
     import torch
+
+    step(f"torch {torch.__version__} imported; counting GPUs")
 
     build, build_text = torch_build(torch)
     gpu_count = torch.cuda.device_count() if build != "cpu" else 0

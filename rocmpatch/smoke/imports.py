@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmpatch.smoke.child import (
-    StageFailure, describe, in_target, is_nvidia_only, put_target_first, stage_main, target_files, target_root,
+    SLOW_FIRST_IMPORT, StageFailure, describe, in_target, is_nvidia_only, put_target_first, stage_main, step, target_files,
+    target_root,
 )
 from rocmpatch.smoke.profile import SmokeProfile
 
@@ -100,7 +101,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         raise StageFailure(f"{target} has none of the modules the smoke profile of release {profile.release} "
                            "lists: not a Megatron-LM tree of that release?", absent=absent)
     failures: list[dict[str, Any]] = []
-    for name in names:
+    for number, name in enumerate(names):
+        step(f"importing {name}" + (f" ({SLOW_FIRST_IMPORT})" if number == 0 else ""))
         try:
             importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - report every module, not just the first

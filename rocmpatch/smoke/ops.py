@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, describe, in_target, put_target_first, stage_main, target_files, target_root
+from rocmpatch.smoke.child import (
+    CUDA_ONLY_MESSAGES, describe, in_target, put_target_first, stage_main, step, target_files, target_root,
+)
 from rocmpatch.smoke.op_checks import Check, OutOfTolerance, checks
 from rocmpatch.smoke.profile import SmokeProfile
 
@@ -128,6 +130,7 @@ def supported_dtypes(torch, platform: str) -> set[str]:
 def run(config: dict[str, Any]) -> dict[str, Any]:
     target = config["target"]
     put_target_first(target)
+    step("importing torch")
     import torch
 
     from rocmpatch.smoke.child import is_nvidia_only
@@ -146,8 +149,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     available = [c for c in checks(profile.ops) if (Path(target) / c.module_path).is_file()]
     single_process_model_parallel(torch, platform)
     dtypes = supported_dtypes(torch, platform)
-    cases = [run_case(torch, check, device, dtype, platform, target)
-             for check in available for dtype in check.dtypes if dtype in dtypes]
+    cases = []
+    for check in available:
+        step(f"{check.name} on {device}")
+        cases += [run_case(torch, check, device, dtype, platform, target) for dtype in check.dtypes if dtype in dtypes]
     if platform != "cpu":
         torch.cuda.synchronize()
     failed = [c for c in cases if c.status == "failed"]

@@ -10,6 +10,7 @@ train follow the release's smoke profile (profile.py); a release without one ski
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterator
 from rocmpatch.series import Location
 from rocmpatch.processes import interruption_point
 from rocmpatch.smoke import blame
+from rocmpatch.smoke.child import STEP_MARKER
 from rocmpatch.smoke.profile import PROFILED_STAGES, SmokeProfile, load_profile, no_profile_reason
 
 STAGES = ("environment", "import", "ops", "collectives", "train")
@@ -41,6 +43,14 @@ PREREQUISITES = {
     "ops": ("import",),
     "collectives": ("environment",),
     "train": ("import", "ops", "collectives"),
+}
+# What each stage does, said when it starts (its child then reports its steps).
+STAGE_WORK = {
+    "environment": "importing torch and asking it for the GPUs",
+    "import": "importing the patched tree's modules, watching for NVIDIA-only ones",
+    "ops": "comparing each torch replacement with an fp32 reference",
+    "collectives": "all-reduce, all-gather and broadcast over torchrun",
+    "train": "a tiny pretrain_gpt.py run per path",
 }
 # Seconds; generous because a first run on a GPU compiles kernels and the dataset helpers.
 DEFAULT_TIMEOUTS = {"environment": 120, "import": 240, "ops": 300, "collectives": 300, "train": 1200}
@@ -180,12 +190,13 @@ def stop_strays(marker: str, wait: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> ChildOutcome:
+def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path,
+              on_step: Callable[[str], None] | None = None) -> ChildOutcome:
     """Run argv in its own session; its result line, last output lines and how it ended. Nothing
-    it started is left running when this returns."""
+    it started is left running when this returns. Its progress lines (child.step) go to on_step."""
     marker = f"{os.getpid()}_{time.monotonic_ns()}"
     try:
-        return _run_child(argv, {**env, f"{STRAY_MARKER}_{marker}": "1"}, timeout, cwd)
+        return _run_child(argv, {**env, f"{STRAY_MARKER}_{marker}": "1"}, timeout, cwd, on_step)
     finally:
         stop_strays(marker)
 
@@ -207,7 +218,8 @@ def interrupts_held() -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
-def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> ChildOutcome:
+def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path,
+               on_step: Callable[[str], None] | None = None) -> ChildOutcome:
     start = time.monotonic()
     with interrupts_held() as held:
         process = subprocess.Popen(
@@ -222,6 +234,10 @@ def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path) 
     def pump(stream, keep: list[str] | None) -> None:
         for line in stream:
             line = line.rstrip("\n")
+            if line.startswith(STEP_MARKER):
+                if on_step is not None:
+                    on_step(line[len(STEP_MARKER):])
+                continue
             if keep is not None:
                 keep.append(line)
             if line.strip():
@@ -280,15 +296,17 @@ def outcome_to_result(name: str, outcome: ChildOutcome, timeout: float,
     return StageResult(name, status, extra.pop("seconds", outcome.seconds), detail, extra)
 
 
-def run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None = None) -> list[StageResult]:
+def run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None = None,
+               on_step: Callable[[str, str], None] | None = None) -> list[StageResult]:
     """Every stage of the plan in order; Ctrl-C (or SIGTERM) stops the running stage's processes,
-    marks it failed and skips the rest, then raises Interrupted."""
+    marks it failed and skips the rest, then raises Interrupted. on_step(stage, what) hears what
+    the running stage is doing: its start, then each step it reports."""
     if threading.current_thread() is not threading.main_thread():
-        return _run_stages(plan, on_result)
+        return _run_stages(plan, on_result, on_step)
     # Children live in their own sessions, so a SIGTERM to smoke must stop them like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return _run_stages(plan, on_result)
+        return _run_stages(plan, on_result, on_step)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -297,7 +315,8 @@ def _terminate(signum, frame) -> None:  # noqa: ARG001 - signal handler protocol
     raise KeyboardInterrupt
 
 
-def _run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None) -> list[StageResult]:
+def _run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None,
+                on_step: Callable[[str, str], None] | None = None) -> list[StageResult]:
     results: dict[str, StageResult] = {}
     index = blame.patch_index(plan.series)
     profile = plan.release_profile()
@@ -316,9 +335,13 @@ def _run_stages(plan: Plan, on_result: Callable[[StageResult], None] | None) -> 
             result = StageResult(name, "skipped", 0.0, f"needs {blocking[0]}, which {results[blocking[0]].status}")
         else:
             timeout = float(plan.timeouts.get(name, DEFAULT_TIMEOUTS[name]))
+            stage_step = None
+            if on_step is not None:
+                on_step(name, f"{STAGE_WORK[name]} (at most {timeout:g}s)")
+                stage_step = functools.partial(on_step, name)
             try:
                 outcome = run_child(stage_command(MODULES[name], {**config, "timeout": timeout}),
-                                    child_env(selection), timeout, plan.target)
+                                    child_env(selection), timeout, plan.target, stage_step)
                 result = outcome_to_result(name, outcome, timeout, index, plan.target)
             except KeyboardInterrupt:
                 interrupted = True

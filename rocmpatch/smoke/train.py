@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, target_root
+from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, step, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 from rocmpatch.smoke.profile import SmokeProfile, TrainProfile, TrainRun
 
@@ -173,6 +173,7 @@ def train_once(config: dict[str, Any], train: TrainProfile, one: TrainRun, preci
     iters = int(config.get("train_iters") or profile.iterations)
     path = one.name
     args = pretrain_args(profile, world, iters, precision, train.flags(one, platform))
+    step(f"{path} path: {train.script} on {world} process(es), {iters} iterations (the first run builds the dataset helpers)")
     outcome = torchrun(world, "rocmpatch.smoke.script", [target, train.script, *args],
                        timeout, Path(target), worker_env(platform))
     steps = parse_log(outcome.stdout)

@@ -252,3 +252,31 @@ def running_with(token: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_a_childs_steps_reach_the_runner_and_stay_out_of_its_output(tmp_path):
+    from rocmpatch.smoke.child import STEP_MARKER
+
+    code = (f"import sys; sys.stderr.write({STEP_MARKER!r} + 'importing torch\\n'); sys.stderr.flush(); "
+            "print('work'); print('{\"status\": \"passed\", \"detail\": \"ok\"}')")
+    steps: list[str] = []
+    outcome = run_child([sys.executable, "-c", code], child_env(None), 30.0, tmp_path, steps.append)
+    assert steps == ["importing torch"]
+    assert outcome.result["status"] == "passed" and not any(STEP_MARKER in line for line in outcome.tail + outcome.stderr)
+
+
+def test_smoke_says_what_each_stage_does_in_plain_lines_when_not_a_terminal(tmp_path):
+    """A log or CI sees one line per step, the first import's slowness explained, then each result."""
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "__init__.py").write_text("")
+    result = CliRunner().invoke(app, ["smoke", "--target", str(tree), "--device", "cpu", "--json"])
+    lines = result.stderr.splitlines()
+    started = lines.index(next(line for line in lines if line.startswith("smoke: environment: importing torch and")))
+    assert any("importing torch (the first import in a new environment can take a few minutes" in line
+               for line in lines[started:])
+    assert any(line.startswith("smoke: environment passed") for line in lines)
