@@ -18,6 +18,55 @@ from rocmpatch.errors import ExitCode
 PATH = click.Path(path_type=Path)
 
 
+# --- usage errors: one line, with what to try ---------------------------------------------------
+class OneLineUsageError(click.UsageError):
+    """Click's usage error as one line in rocmpatch's form (Click prints usage, a hint and the error
+    on three lines): the command, the problem and what to try; exit 2 as before."""
+
+    def show(self, file=None) -> None:
+        ctx = self.ctx
+        path = ctx.command_path if ctx is not None else "rocmpatch"
+        where = path.removeprefix("rocmpatch").strip()
+        lists = "commands" if ctx is not None and isinstance(ctx.command, click.Group) else "options"
+        tip = f"'{path} --help' lists the {lists}"
+        if ctx is not None and self.format_message().startswith(("No such option", "Got unexpected extra")) and any(
+                getattr(p, "nargs", 1) == -1 and p.type is click.UNPROCESSED for p in ctx.command.params):
+            tip = f"Megatron's own flags go after `--`; {tip}"
+        message = self.format_message().rstrip(".")
+        click.echo(f"rocmpatch: error: {where + ': ' if where else ''}{message} ({tip})", file=file or click.get_text_stream("stderr"))
+
+
+class _OneLineUsage:
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+
+def _one_line(error: click.UsageError) -> click.UsageError:
+    if isinstance(error, OneLineUsageError):
+        return error
+    converted = OneLineUsageError(error.format_message(), error.ctx)
+    converted.exit_code = error.exit_code
+    return converted
+
+
+class Command(_OneLineUsage, click.Command):
+    pass
+
+
+class Group(_OneLineUsage, click.Group):
+    command_class = Command
+    group_class = type  # subgroups are Groups too
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+
 # --- shared options, declared once ------------------------------------------------------------
 def target_option(command: Callable) -> Callable:
     return click.option("--target", "-t", "target", type=PATH, required=True, help="The Megatron-LM checkout.")(command)
@@ -83,7 +132,7 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         _run(run)
 
 
-@click.group(name="rocmpatch", no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="rocmpatch", cls=Group, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, is_eager=True, expose_value=False, callback=_version, help="Print the version and the pinned upstream, then exit.")
 def app() -> None:
     """Apply, verify and maintain the ROCm patch series for NVIDIA Megatron-LM."""

@@ -57,3 +57,21 @@ def test_every_exit_code_is_documented():
     text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "exit-codes.md")).read()
     for code in ExitCode:
         assert f"| {int(code)} | `{code.name}`" in text, code
+
+
+def test_click_usage_errors_are_one_line_with_a_hint():
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    cases = {
+        ("verfy",): "'rocmpatch --help' lists the commands",
+        ("verify",): "verify: Missing option '--target'",
+        ("recipe", "launch", "llama3-8b", "-t", "x", "--train-iters", "5"): "Megatron's own flags go after `--`",
+        ("smoke", "-t", "x", "--device", "gpuu"): "'rocmpatch smoke --help' lists the options",
+    }
+    for args, expected in cases.items():
+        result = CliRunner().invoke(app, list(args))
+        assert result.exit_code == 2, args
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rocmpatch: error: ") and expected in lines[0], lines
