@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import EnvironmentProblem, UpstreamError
+from rocmpatch.errors import EnvironmentProblem, RocmpatchError, UpstreamError
 from rocmpatch.files import file_lock
 from rocmpatch.schema import Upstream
 
@@ -64,6 +64,38 @@ def upstream_url(upstream: Upstream, override: str | None = None) -> str:
     return url
 
 
+def _missing_commit(upstream: Upstream, url: str) -> UpstreamError:
+    """An old or partial mirror, in words (git says only `upload-pack: not our ref <sha>`)."""
+    when = f" updated after {upstream.date[:10]}" if upstream.date else ""
+    if url == upstream.url:
+        return UpstreamError(f"{url} has no commit {upstream.commit[:8]} ({upstream.ref})",
+                             hint="the upstream lost the pinned commit? fetch it from a mirror with --upstream-url")
+    return UpstreamError(f"the mirror {url} has no commit {upstream.commit[:8]} ({upstream.ref}): is it a full mirror{when}?",
+                         hint=f"update it (git -C <mirror> fetch --tags), or fetch from {upstream.url} (unset ROCMPATCH_UPSTREAM_URL, drop --upstream-url)")
+
+
+def _warn_unused_url(upstream: Upstream, url_override: str | None) -> None:
+    """A warm cache fetches nothing, so --upstream-url (or the variable) is not used; say so when it
+    could not have served the pin either (a missing path, a repository without the commit)."""
+    if not (url_override or os.environ.get(UPSTREAM_URL_VARIABLE)):
+        return
+    from rocmpatch.console import note
+
+    try:
+        url = upstream_url(upstream, url_override)
+        local = gitcmd.local_path_of(url)
+        if local is None:
+            return  # a remote URL: checking it would be the network call a warm cache never makes
+        try:
+            lacks = not gitcmd.has_object(gitcmd.open_repo(Path(url)), upstream.commit)
+        except RocmpatchError:
+            raise UpstreamError(f"{url} is not a git repository") from None
+        if lacks:
+            raise _missing_commit(upstream, url)
+    except UpstreamError as problem:
+        note(f"rocmpatch: warning: {problem.message}; not used: the cache already holds {upstream.commit[:12]} ({upstream.ref})")
+
+
 def commit_path(commit: str) -> Path:
     return cache_dir() / "commits" / f"{commit}.git"
 
@@ -77,6 +109,7 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
     path = commit_path(upstream.commit)
     gitcmd.trust(path)  # ours, even when another user made it (a shared or copied cache)
     if path.is_dir():
+        _warn_unused_url(upstream, url_override)
         return _verified(gitcmd.open_repo(path), upstream, path)
     url = upstream_url(upstream, url_override)
     _make_directory(path.parent)
@@ -90,7 +123,10 @@ def cached_repo(upstream: Upstream, url_override: str | None = None, *, progress
         try:
             repo = gitcmd.init_repo(building, bare=True)
             with _progress(f"fetching {upstream.commit[:12]} ({upstream.ref}) from {url}") as report:
-                gitcmd.fetch_commit(repo, url, upstream.commit, depth=1, progress=report)
+                try:
+                    gitcmd.fetch_commit(repo, url, upstream.commit, depth=1, progress=report)
+                except gitcmd.CommitNotOnRemote:
+                    raise _missing_commit(upstream, url) from None
             _verified(repo, upstream, url)
             # A ref keeps the commit reachable: safe from gc, and fetchable by id from this cache.
             gitcmd.update_ref(repo, "refs/rocmpatch/pin", upstream.commit)

@@ -64,7 +64,7 @@ from rocmpatch.gitcmd.objects import (
     write_blob,
     write_tree,
 )
-from rocmpatch.gitcmd.transport import check_url, copy_objects, fetch_commit, fetch_ref, local_path_of
+from rocmpatch.gitcmd.transport import CommitNotOnRemote, check_url, copy_objects, fetch_commit, fetch_ref, local_path_of
 from rocmpatch.gitcmd.working_tree import (
     changed_paths,
     diff_trees,

@@ -13,6 +13,15 @@ from rocmpatch.errors import UpstreamError
 from rocmpatch.files import naming
 from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _execute, _last_line, _not_started, child_setup, run
 
+# What git says when the remote does not have the commit asked for (local, ssh and smart http).
+_NO_SUCH_COMMIT = ("not our ref", "couldn't find remote ref", "no such remote ref", "unadvertised object",
+                   "not a valid object", "did not send all necessary objects")
+
+
+class CommitNotOnRemote(UpstreamError):
+    """The remote answered, but has no such commit (an old or partial mirror)."""
+
+
 _TRANSPORT_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _ALLOWED_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 
@@ -139,4 +148,6 @@ def _fetch_errors(what: str, url: str, *, hint: str):
     try:
         yield
     except GitFailed as exc:
+        if any(sign in (exc.stderr or "") for sign in _NO_SUCH_COMMIT):
+            raise CommitNotOnRemote(f"{url} has no {what}", hint=hint) from None
         raise exc.disk_trouble() or UpstreamError(f"could not fetch {what} from {url}: {_last_line(exc.stderr)}", hint=hint) from None
