@@ -4,20 +4,33 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rocmpatch import series
+from rocmpatch import gitcmd, series
 from rocmpatch.operations import series_status
 from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
-from rocmpatch.errors import ExitCode
+from rocmpatch.errors import ExitCode, TargetRefused
+
+
+def _descends_from(target: Path, pin: str, head: str | None) -> bool:
+    """Whether HEAD is the pin or a descendant (the user committed on it): a checkout of the release."""
+    if head is None:
+        return False
+    repo = gitcmd.open_repo(target)
+    return gitcmd.has_object(repo, pin) and gitcmd.is_ancestor(repo, pin, head)
 
 
 def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | None = None) -> ExitCode:
     loaded = series.load(selected(series_dir, release, target=target))
     report = series_status.status(loaded, target)
+    foreign = not report.at_pin and not _descends_from(target, report.pin, report.head)
     if as_json:
         emit_json(report.to_json())
-        return ExitCode.OK
-    if not report.at_pin:
+        return ExitCode.TARGET_REFUSED if foreign else ExitCode.OK
+    if foreign:
+        # Every patch would show as "conflicting": say the one thing that matters instead.
+        raise TargetRefused(f"{target} is no checkout of release {loaded.location.release}: it is based on {report.base[:12] if report.base else 'no commit'}, not its pin {report.pin[:12]}",
+                            hint="give --target a tree made by `rocmpatch apply` (`rocmpatch releases` lists each release's pin)")
+    if not report.at_pin:  # the user's own commits straight on the pin
         out.print(f"warning: {target} is based on {report.base}, not the pin {report.pin}", markup=False)
     if report.user_commits:
         out.print(f"{len(report.user_commits)} commit(s) of your own on top of the series (HEAD {report.head}); "

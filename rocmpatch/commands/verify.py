@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from rocmpatch import series
@@ -8,6 +9,7 @@ from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 
+LISTED = 20  # paths listed in text; more (a foreign checkout: thousands) are counted, --json has them all
 UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
                   "(files git ignores, such as built extensions and __pycache__, are not counted): keep them "
                   "outside the tree, or list them in .git/info/exclude")
@@ -25,9 +27,14 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: s
             out.print(f"lock: {problem}", markup=False)
         if report.interrupted:
             out.print(f"an interrupted 'rocmpatch {report.interrupted}' is pending: run 'rocmpatch apply' or 'rocmpatch unapply'", markup=False)
-        for difference in report.differences:
+        summarize = report.not_based_on_pin or len(report.differences) > LISTED
+        for difference in report.differences[:LISTED] if summarize else report.differences:
             by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
             out.print(f"{difference.kind:<14} {difference.path}{by}", markup=False)
+        if summarize and report.differences:
+            counts = Counter(d.kind for d in report.differences)
+            out.print(f"{len(report.differences)} path(s) differ ({', '.join(f'{n} {kind}' for kind, n in counts.most_common())}); "
+                      f"the first {min(LISTED, len(report.differences))} are above, --json lists every one", markup=False)
         if any(d.kind == verifying.ADDED for d in report.differences):
             out.print(UNTRACKED_HINT, markup=False)
         if report.ok:

@@ -96,3 +96,23 @@ def test_not_a_repo(cli, tmp_path):
     (tmp_path / "plain").mkdir()
     result = cli("verify", "--target", str(tmp_path / "plain"))
     assert result.exit_code == ExitCode.TARGET_REFUSED
+
+
+def test_many_differences_are_summarised_and_json_has_them_all(cli, upstream, tmp_path):
+    """A foreign checkout differs in thousands of paths: the text lists the first 20 and counts them
+    by kind; --json lists every one."""
+    import json
+    import subprocess
+
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+    subprocess.run(["git", "-C", str(target), "checkout", "-q", upstream.ref], check=True)
+    for number in range(30):
+        (target / f"data-{number:02}.txt").write_text("x\n")
+    result = cli("verify", "--target", str(target))
+    assert result.exit_code == 1
+    listed = [line for line in result.stdout.splitlines() if line.startswith("added ")]
+    assert len(listed) == 20
+    assert any("path(s) differ (30 added" in line and "--json lists every one" in line for line in result.stdout.splitlines())
+    everything = json.loads(cli("verify", "--target", str(target), "--json").stdout)["differences"]
+    assert len([d for d in everything if d["kind"] == "added"]) == 30
