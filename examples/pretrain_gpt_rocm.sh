@@ -33,11 +33,15 @@ Training:
   --global-batch-size N    [GLOBAL_BATCH_SIZE, default micro batch x data-parallel size x 8]
   --train-iters N          [TRAIN_ITERS, default 100]
   --lr LR                  [LR, default 3e-4; the minimum LR is a tenth of it]
+  --warmup-iters N         learning-rate warmup iterations, fewer than --train-iters
+                           [LR_WARMUP_ITERS, default 10, or --train-iters - 1 when that is less]
   --precision P            bf16, fp16 or fp32 [PRECISION, default bf16]
   --recompute MODE         none, selective or full activation recompute [RECOMPUTE, default none]
   --distributed-optimizer  shard optimizer state across data-parallel ranks [DIST_OPT=1]
   --sequence-parallel      sequence parallelism (needs --tp > 1) [SEQUENCE_PARALLEL=1]
-  --checkpoint-dir DIR     save to and resume from DIR [CHECKPOINT_DIR, default: no checkpoints]
+  --checkpoint-dir DIR     save to and resume from DIR [CHECKPOINT_DIR, default: no checkpoints];
+                           a resumed run follows this run's schedule flags (--override-opt_param-scheduler),
+                           so it may go on with a larger --train-iters
   --log-interval N         [LOG_INTERVAL, default 10]
 
 Data (mock data unless --data-path is given):
@@ -47,7 +51,8 @@ Data (mock data unless --data-path is given):
                            GPT2BPETokenizer with --data-path]
   --vocab-file FILE        GPT-2 vocab.json (GPT2BPETokenizer) [VOCAB_FILE]
   --merge-file FILE        GPT-2 merges.txt (GPT2BPETokenizer) [MERGE_FILE]
-  --tokenizer-model FILE   SentencePiece model (GPTSentencePieceTokenizer, ...) [TOKENIZER_MODEL]
+  --tokenizer-model FILE   SentencePiece model (GPTSentencePieceTokenizer, ...), or for
+                           HuggingFaceTokenizer a Hub name or folder [TOKENIZER_MODEL]
   --vocab-size N           NullTokenizer vocabulary size [VOCAB_SIZE, default 50257]
 
 Other:
@@ -83,6 +88,7 @@ MICRO_BATCH_SIZE="${MICRO_BATCH_SIZE:-4}"
 GLOBAL_BATCH_SIZE="${GLOBAL_BATCH_SIZE:-}"
 TRAIN_ITERS="${TRAIN_ITERS:-100}"
 LR="${LR:-3e-4}"
+LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-}"
 PRECISION="${PRECISION:-bf16}"
 RECOMPUTE="${RECOMPUTE:-none}"
 DIST_OPT="${DIST_OPT:-0}"
@@ -115,7 +121,7 @@ while [[ $# -gt 0 ]]; do
         --sequence-parallel) SEQUENCE_PARALLEL=1; shift ;;
         --) shift; EXTRA_ARGS=("$@"); break ;;
         --megatron-dir|--gpus|--tp|--pp|--master-port|--torchrun|--num-layers|--hidden-size|\
-        --num-heads|--seq-length|--micro-batch-size|--global-batch-size|--train-iters|--lr|\
+        --num-heads|--seq-length|--micro-batch-size|--global-batch-size|--train-iters|--lr|--warmup-iters|\
         --precision|--recompute|--checkpoint-dir|--log-interval|--data-path|--tokenizer-type|\
         --vocab-file|--merge-file|--tokenizer-model|--vocab-size)
             need_value "$@"
@@ -134,6 +140,7 @@ while [[ $# -gt 0 ]]; do
                 --global-batch-size) GLOBAL_BATCH_SIZE="$2" ;;
                 --train-iters) TRAIN_ITERS="$2" ;;
                 --lr) LR="$2" ;;
+                --warmup-iters) LR_WARMUP_ITERS="$2" ;;
                 --precision) PRECISION="$2" ;;
                 --recompute) RECOMPUTE="$2" ;;
                 --checkpoint-dir) CHECKPOINT_DIR="$2" ;;
@@ -165,6 +172,9 @@ positive_int --num-heads "$NUM_HEADS"
 positive_int --seq-length "$SEQ_LENGTH"
 positive_int --micro-batch-size "$MICRO_BATCH_SIZE"
 positive_int --train-iters "$TRAIN_ITERS"
+LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-$((TRAIN_ITERS > 10 ? 10 : TRAIN_ITERS - 1))}"
+[[ "$LR_WARMUP_ITERS" =~ ^[0-9]+$ ]] || die "--warmup-iters must be a whole number, got '$LR_WARMUP_ITERS'"
+((LR_WARMUP_ITERS < TRAIN_ITERS)) || die "--warmup-iters $LR_WARMUP_ITERS must be fewer than --train-iters $TRAIN_ITERS"
 positive_int --log-interval "$LOG_INTERVAL"
 positive_int --vocab-size "$VOCAB_SIZE"
 [[ "$LR" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || die "--lr must be a number such as 3e-4, got '$LR'"
@@ -213,12 +223,15 @@ case "$TOKENIZER_TYPE" in
             die "GPT2BPETokenizer needs --vocab-file and --merge-file (GPT-2 vocab.json and merges.txt; see docs/training.md)" ;;
     GPTSentencePieceTokenizer|SentencePieceTokenizer|Llama2Tokenizer)
         [[ -n "$TOKENIZER_MODEL" ]] || die "$TOKENIZER_TYPE needs --tokenizer-model FILE" ;;
+    HuggingFaceTokenizer)
+        [[ -n "$TOKENIZER_MODEL" ]] ||
+            die "HuggingFaceTokenizer needs --tokenizer-model NAME_OR_DIR (a Hugging Face name such as meta-llama/Meta-Llama-3-8B, or a folder with its files; core_v0.19.0)" ;;
     NullTokenizer)
         [[ -z "$DATA_PATH" ]] ||
             echo "pretrain_gpt_rocm.sh: note: NullTokenizer with --data-path: the data must have been preprocessed with NullTokenizer too" >&2 ;;
     BertWordPieceLowerCase|BertWordPieceCase)
         die "$TOKENIZER_TYPE is a BERT tokenizer; GPT pretraining needs GPT2BPETokenizer, a SentencePiece tokenizer or NullTokenizer" ;;
-    *) die "--tokenizer-type '$TOKENIZER_TYPE' is not one Megatron-LM core_v0.5.0 knows (GPT2BPETokenizer, GPTSentencePieceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, NullTokenizer)" ;;
+    *) die "--tokenizer-type '$TOKENIZER_TYPE' is not one this script knows (GPT2BPETokenizer, GPTSentencePieceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, NullTokenizer; HuggingFaceTokenizer at core_v0.19.0)" ;;
 esac
 
 # Files and directories: checked only when really launching, so that a dry run can prepare a
@@ -232,7 +245,9 @@ if ((DRY_RUN == 0)); then
                 die "--data-path '$DATA_PATH': no $DATA_PATH.$suffix (give the prefix that tools/preprocess_data.py wrote, without .bin/.idx)"
         done
     fi
-    for pair in "--vocab-file:$VOCAB_FILE" "--merge-file:$MERGE_FILE" "--tokenizer-model:$TOKENIZER_MODEL"; do
+    model_file="$TOKENIZER_MODEL"
+    [[ "$TOKENIZER_TYPE" != HuggingFaceTokenizer ]] || model_file=""  # a Hub name or a folder
+    for pair in "--vocab-file:$VOCAB_FILE" "--merge-file:$MERGE_FILE" "--tokenizer-model:$model_file"; do
         value="${pair#*:}"
         [[ -z "$value" || -f "$value" ]] || die "${pair%%:*} '$value' does not exist"
     done
@@ -258,7 +273,7 @@ cmd=("$TORCHRUN"
     --lr "$LR"
     --min-lr "$(awk -v lr="$LR" 'BEGIN { printf "%g", lr / 10 }')"
     --lr-decay-style cosine
-    --lr-warmup-fraction 0.01
+    --lr-warmup-iters "$LR_WARMUP_ITERS"
     --weight-decay 0.1
     --clip-grad 1.0
     --log-interval "$LOG_INTERVAL"
@@ -291,7 +306,9 @@ case "$TOKENIZER_TYPE" in
     *) cmd+=(--tokenizer-model "$TOKENIZER_MODEL") ;;
 esac
 if [[ -n "$CHECKPOINT_DIR" ]]; then
-    cmd+=(--save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR" --save-interval "$TRAIN_ITERS")
+    # A fixed number of warmup iterations and the schedule taken from this run's flags: resuming with a
+    # larger --train-iters goes on (Megatron otherwise asserts that the checkpoint's schedule is this one).
+    cmd+=(--save "$CHECKPOINT_DIR" --load "$CHECKPOINT_DIR" --save-interval "$TRAIN_ITERS" --override-opt_param-scheduler)
 fi
 cmd+=(${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"})  # this form is safe under set -u on old bash
 

@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "pretrain_gpt_rocm.s
 # Variables the script reads: cleared so that a developer's environment cannot change the results.
 SCRIPT_VARS = (
     "MEGATRON_DIR NUM_GPUS TP PP MASTER_PORT TORCHRUN NUM_LAYERS HIDDEN_SIZE NUM_HEADS SEQ_LENGTH "
-    "USE_MCORE FLASH_ATTN MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE TRAIN_ITERS LR PRECISION RECOMPUTE "
+    "USE_MCORE FLASH_ATTN MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE TRAIN_ITERS LR LR_WARMUP_ITERS PRECISION RECOMPUTE "
     "DIST_OPT SEQUENCE_PARALLEL CHECKPOINT_DIR LOG_INTERVAL DATA_PATH TOKENIZER_TYPE VOCAB_FILE "
     "MERGE_FILE TOKENIZER_MODEL VOCAB_SIZE CUDA_DEVICE_MAX_CONNECTIONS"
 ).split()
@@ -119,6 +119,23 @@ def test_dry_run_real_data_gpt2_tokenizer():
     assert "--mock-data" not in argv
 
 
+def test_a_resume_with_more_iterations_keeps_the_warmup_and_takes_this_runs_schedule():
+    """Warmup is a number of iterations, not a fraction of --train-iters, and with --checkpoint-dir the
+    schedule follows this run's flags: Megatron otherwise asserts when --train-iters grows."""
+    first = dry_run("--train-iters", "100", "--checkpoint-dir", "ckpt")
+    longer = dry_run("--train-iters", "200", "--checkpoint-dir", "ckpt")
+    assert "--lr-warmup-fraction" not in first
+    assert value(first, "--lr-warmup-iters") == value(longer, "--lr-warmup-iters") == "10"
+    assert "--override-opt_param-scheduler" in longer and value(longer, "--load") == "ckpt"
+    assert value(dry_run("--train-iters", "4"), "--lr-warmup-iters") == "3"  # fewer than the iterations
+
+
+def test_dry_run_hugging_face_tokenizer_takes_a_name():
+    argv = dry_run("--data-path", "data/c_text_document", "--tokenizer-type", "HuggingFaceTokenizer",
+                   "--tokenizer-model", "meta-llama/Meta-Llama-3-8B")
+    assert value(argv, "--tokenizer-model") == "meta-llama/Meta-Llama-3-8B"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -135,6 +152,8 @@ def test_dry_run_real_data_gpt2_tokenizer():
         (["--tp"], "--tp needs a value"),
         (["--tp=2"], "a space, not '='"),
         (["--frobnicate"], "unknown option '--frobnicate'"),
+        (["--train-iters", "10", "--warmup-iters", "10"], "--warmup-iters 10 must be fewer than --train-iters 10"),
+        (["--data-path", "x", "--tokenizer-type", "HuggingFaceTokenizer"], "HuggingFaceTokenizer needs --tokenizer-model"),
     ],
 )
 def test_invalid_arguments_exit_2_with_a_message(args, message):
