@@ -43,6 +43,9 @@ Training:
                            a resumed run follows this run's schedule flags (--override-opt_param-scheduler),
                            so it may go on with a larger --train-iters
   --log-interval N         [LOG_INTERVAL, default 10]
+  --eval-interval N        validation every N iterations, and once at the end [EVAL_INTERVAL,
+                           default 1000]; not tied to --train-iters, so a resumed run with more
+                           iterations still has validation data for its final evaluation
 
 Data (mock data unless --data-path is given):
   --data-path PREFIX       preprocessed data: PREFIX.bin and PREFIX.idx from
@@ -95,6 +98,7 @@ DIST_OPT="${DIST_OPT:-0}"
 SEQUENCE_PARALLEL="${SEQUENCE_PARALLEL:-0}"
 CHECKPOINT_DIR="${CHECKPOINT_DIR:-}"
 LOG_INTERVAL="${LOG_INTERVAL:-10}"
+EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"
 DATA_PATH="${DATA_PATH:-}"
 TOKENIZER_TYPE="${TOKENIZER_TYPE:-}"
 VOCAB_FILE="${VOCAB_FILE:-}"
@@ -122,7 +126,7 @@ while [[ $# -gt 0 ]]; do
         --) shift; EXTRA_ARGS=("$@"); break ;;
         --megatron-dir|--gpus|--tp|--pp|--master-port|--torchrun|--num-layers|--hidden-size|\
         --num-heads|--seq-length|--micro-batch-size|--global-batch-size|--train-iters|--lr|--warmup-iters|\
-        --precision|--recompute|--checkpoint-dir|--log-interval|--data-path|--tokenizer-type|\
+        --precision|--recompute|--checkpoint-dir|--log-interval|--eval-interval|--data-path|--tokenizer-type|\
         --vocab-file|--merge-file|--tokenizer-model|--vocab-size)
             need_value "$@"
             case "$1" in
@@ -145,6 +149,7 @@ while [[ $# -gt 0 ]]; do
                 --recompute) RECOMPUTE="$2" ;;
                 --checkpoint-dir) CHECKPOINT_DIR="$2" ;;
                 --log-interval) LOG_INTERVAL="$2" ;;
+                --eval-interval) EVAL_INTERVAL="$2" ;;
                 --data-path) DATA_PATH="$2" ;;
                 --tokenizer-type) TOKENIZER_TYPE="$2" ;;
                 --vocab-file) VOCAB_FILE="$2" ;;
@@ -176,6 +181,7 @@ LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-$((TRAIN_ITERS > 10 ? 10 : TRAIN_ITERS - 1))
 [[ "$LR_WARMUP_ITERS" =~ ^[0-9]+$ ]] || die "--warmup-iters must be a whole number, got '$LR_WARMUP_ITERS'"
 ((LR_WARMUP_ITERS < TRAIN_ITERS)) || die "--warmup-iters $LR_WARMUP_ITERS must be fewer than --train-iters $TRAIN_ITERS"
 positive_int --log-interval "$LOG_INTERVAL"
+positive_int --eval-interval "$EVAL_INTERVAL"
 positive_int --vocab-size "$VOCAB_SIZE"
 [[ "$LR" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || die "--lr must be a number such as 3e-4, got '$LR'"
 for flag in USE_MCORE FLASH_ATTN DIST_OPT SEQUENCE_PARALLEL; do
@@ -278,7 +284,7 @@ cmd=("$TORCHRUN"
     --clip-grad 1.0
     --log-interval "$LOG_INTERVAL"
     --log-throughput
-    --eval-interval "$TRAIN_ITERS"
+    --eval-interval "$EVAL_INTERVAL"
     --eval-iters 10
     --tokenizer-type "$TOKENIZER_TYPE")
 

@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "pretrain_gpt_rocm.s
 SCRIPT_VARS = (
     "MEGATRON_DIR NUM_GPUS TP PP MASTER_PORT TORCHRUN NUM_LAYERS HIDDEN_SIZE NUM_HEADS SEQ_LENGTH "
     "USE_MCORE FLASH_ATTN MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE TRAIN_ITERS LR LR_WARMUP_ITERS PRECISION RECOMPUTE "
-    "DIST_OPT SEQUENCE_PARALLEL CHECKPOINT_DIR LOG_INTERVAL DATA_PATH TOKENIZER_TYPE VOCAB_FILE "
+    "DIST_OPT SEQUENCE_PARALLEL CHECKPOINT_DIR LOG_INTERVAL EVAL_INTERVAL DATA_PATH TOKENIZER_TYPE VOCAB_FILE "
     "MERGE_FILE TOKENIZER_MODEL VOCAB_SIZE CUDA_DEVICE_MAX_CONNECTIONS"
 ).split()
 
@@ -127,6 +127,9 @@ def test_a_resume_with_more_iterations_keeps_the_warmup_and_takes_this_runs_sche
     longer = dry_run("--train-iters", "200", "--checkpoint-dir", "ckpt")
     assert "--lr-warmup-fraction" not in first
     assert value(first, "--lr-warmup-iters") == value(longer, "--lr-warmup-iters") == "10"
+    # Megatron sizes the validation set from --train-iters // --eval-interval: an interval that grew
+    # with --train-iters left the resumed run's final evaluation without data (StopIteration)
+    assert value(first, "--eval-interval") == value(longer, "--eval-interval") == "1000"
     assert "--override-opt_param-scheduler" in longer and value(longer, "--load") == "ckpt"
     assert value(dry_run("--train-iters", "4"), "--lr-warmup-iters") == "3"  # fewer than the iterations
 
