@@ -149,7 +149,7 @@ def test_one_dependency_block_per_release_and_nowhere_else():
 # ------------------------------------------------------------------ full tree: the blocks, for real
 
 IMPORTS = ("import sys; sys.path.insert(0, 'Megatron-LM'); sys.argv = ['x']; "
-           "import pretrain_gpt, megatron.training.arguments; print('pretrain_gpt imports')")
+           "import pretrain_gpt; print('pretrain_gpt imports')")  # it imports the training code of its release
 
 
 @pytest.mark.upstream
