@@ -168,11 +168,12 @@ def apply(target, upstream_url, series_dir, release, dry_run) -> None:
 @release_option
 @json_option
 @upstream_url_option
-def verify(target, series_dir, release, as_json, upstream_url) -> None:
+@click.option("--strict", is_flag=True, help="Also fail on ignored files Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__ or files hidden by .git/info/exclude.")
+def verify(target, series_dir, release, as_json, upstream_url, strict) -> None:
     """Exit 0 only if TARGET is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, as_json=as_json, upstream_url=upstream_url)
+    _run(run, target=target, series_dir=series_dir, release=release, as_json=as_json, upstream_url=upstream_url, strict=strict)
 
 
 @app.command()

@@ -7,7 +7,7 @@ target is touched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from rocmpatch import gitcmd
 from rocmpatch.errors import InvalidInput, RocmpatchError
@@ -31,6 +31,7 @@ class SeriesApplier:
         self.changes = self.overlay.changes  # everything since base_tree
         self.modes: dict[str, int] = {}
         self._tree, self._unwritten = base_tree, {}  # the last tree written, and changes since
+        self._pin_links: dict[str, str] | None = None  # the base tree's symlinks: path -> target
 
     def read(self, path: str) -> bytes | None:
         return self.overlay.read(path)
@@ -40,9 +41,30 @@ class SeriesApplier:
         refuse_symlinks(self.reader, loaded)
         self._refuse_new_symlinks(loaded)
         changes = apply_patch(loaded.patch, self.read)
+        modes = new_file_modes(loaded)
+        self._refuse_escaping_symlinks(loaded, changes, modes)
         self.overlay.update(changes)
         self._unwritten.update(changes)
-        self.modes.update(new_file_modes(loaded))
+        self.modes.update(modes)
+
+    def _refuse_escaping_symlinks(self, loaded: LoadedPatch, changes: dict[str, bytes | None], modes: dict[str, int]) -> None:
+        """Each symlink is judged by where it resolves in the tree as this patch leaves it, through
+        the tree's other symlinks (`b -> .` and `a -> b/..` are each inside lexically; together
+        `a` leaves the tree). The base tree's own links that leave it already are upstream's."""
+        all_modes = {**self.modes, **modes}
+        if gitcmd.SYMLINK_MODE not in all_modes.values():
+            return
+        all_changes = {**self.changes, **changes}
+        added = {path: data for path, mode in all_modes.items() if mode == gitcmd.SYMLINK_MODE and (data := all_changes.get(path)) is not None}
+        if self._pin_links is None:
+            self._pin_links = {path: gitcmd.read_blob(self.repo, entry.sha).decode("utf-8", "surrogateescape")
+                               for path, entry in self.reader.entries.items() if entry.mode == gitcmd.SYMLINK_MODE}
+        links = {**self._pin_links, **{path: data.decode("utf-8", "surrogateescape") for path, data in added.items()}}
+        upstream_own = escaping_symlinks(self._pin_links)
+        for link, why in escaping_symlinks(links).items():
+            if link not in upstream_own:
+                raise InvalidInput(loaded.path, f"the symlink {link!r} -> {links[link]!r} {why}, through the other symlinks of the patched tree",
+                                   hint="a symlink a patch adds must resolve to a path inside the tree (not into .git), following every symlink on its way")
 
     def _refuse_new_symlinks(self, loaded: LoadedPatch) -> None:
         """Nor through a symlink an earlier patch of the series added."""
@@ -171,3 +193,46 @@ def _changed_entries(repo: gitcmd.Repo, pairs: list[tuple[str, str]]) -> dict[st
         elif field.strip():
             current = found.setdefault(field.strip().decode(), {})
     return found
+
+
+MAX_SYMLINKS = 40  # links followed in resolving one path, as Linux allows
+
+
+def escaping_symlinks(links: Mapping[str, str]) -> dict[str, str]:
+    """{path: why} for each symlink of a tree (`links`: path -> target) that, resolved the way the
+    kernel would resolve it in a checkout of the tree, through the tree's other symlinks, leaves
+    the tree, enters a .git directory or loops."""
+    found = {}
+    for path, link_target in links.items():
+        why = _resolve(links, path.split("/")[:-1], link_target, [MAX_SYMLINKS])
+        if isinstance(why, str):
+            found[path] = why
+    return found
+
+
+def _resolve(links: Mapping[str, str], directory: list[str], link_target: str, budget: list[int]) -> list[str] | str:
+    """The path components `link_target` leads to from `directory`, or why it goes wrong."""
+    if link_target.startswith("/"):
+        return "is absolute"
+    parts = list(directory)
+    for part in link_target.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return "resolves outside the tree"
+            parts.pop()
+            continue
+        if part.lower() == ".git":
+            return "resolves into .git"
+        parts.append(part)
+        inner = links.get("/".join(parts))
+        if inner is not None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return "resolves through too many symlinks (a loop)"
+            resolved = _resolve(links, parts[:-1], inner, budget)
+            if isinstance(resolved, str):
+                return resolved
+            parts = resolved
+    return parts

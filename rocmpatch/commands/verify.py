@@ -11,13 +11,17 @@ from rocmpatch.errors import ExitCode
 
 LISTED = 20  # paths listed in text; more (a foreign checkout: thousands) are counted, --json has them all
 UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
-                  "(files git ignores, such as built extensions and __pycache__, are not counted): keep them "
+                  "(files git ignores, such as built extensions and __pycache__, are not counted without --strict): keep them "
                   "outside the tree, or list them in .git/info/exclude")
 
 
-def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None) -> ExitCode:
+IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a __pycache__/*.pyc runs instead of its "
+                "verified source when its header matches): --strict counts them; remove them, or verify before running anything")
+
+
+def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None, strict: bool = False) -> ExitCode:
     loaded = series.load(selected(series_dir, release, target=target))
-    report = verifying.verify(loaded, target, url_override=upstream_url)
+    report = verifying.verify(loaded, target, url_override=upstream_url, strict=strict)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -37,6 +41,8 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: s
                       f"the first {min(LISTED, len(report.differences))} are above, --json lists every one", markup=False)
         if any(d.kind == verifying.ADDED for d in report.differences):
             out.print(UNTRACKED_HINT, markup=False)
+        if any(d.kind == verifying.IGNORED for d in report.differences):
+            out.print(IGNORED_HINT, markup=False)
         if report.ok:
             out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin of {loaded.location.release} plus its series", markup=False)
         else:

@@ -46,6 +46,10 @@ SAFE_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.hooksPath", "/dev/null"),
     ("core.fileMode", "true"),  # compare what git compares: content, mode and type
     ("core.symlinks", "true"),
+    # Files are checked out and hashed as their bytes are: no line-ending conversion, no
+    # attributes file of the user's (verify hashes the bytes itself, and apply checks them).
+    ("core.autocrlf", "false"),
+    ("core.attributesFile", "/dev/null"),
     ("core.alternateRefsCommand", ""),
     ("core.editor", "true"),
     ("core.pager", "cat"),
@@ -64,7 +68,8 @@ _PROGRAM_KEY = re.compile(
 
 def _config_environment(extra: list[tuple[str, str]] = ()) -> dict[str, str]:
     pairs = [*SAFE_CONFIG, *extra]
-    env = {"GIT_CONFIG_COUNT": str(len(pairs)), "GIT_ATTR_NOSYSTEM": "1"}
+    # Replace refs (refs/replace/*) would make an object id name other content: never followed.
+    env = {"GIT_CONFIG_COUNT": str(len(pairs)), "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1"}
     for index, (key, value) in enumerate(pairs):
         env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
     return env
@@ -347,9 +352,9 @@ def run_bytes(repo: Repo | Path, *args: str, stdin: bytes | None = None, env: di
         raise exc.one_line() from None
 
 
-def run_status(repo: Repo | Path, *args: str) -> tuple[int, bytes, bytes]:
+def run_status(repo: Repo | Path, *args: str, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
     """Run `git args...` in repo; (exit status, stdout, stderr), whatever the status."""
-    done = _execute(_where(repo), args, check=False)
+    done = _execute(_where(repo), args, stdin=stdin, check=False)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -9,9 +9,7 @@ import os
 import re
 import tempfile
 import zlib
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from rocmpatch.files import naming
 from rocmpatch.gitcmd.core import Repo, read_object, run_bytes
@@ -21,8 +19,9 @@ GITLINK_MODE = 0o160000
 REGULAR_MODE = 0o100644
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
+    """A tree entry: mode and object id (a tuple: thousands are made per tree, cheaply)."""
+
     mode: int
     sha: str
 
@@ -107,25 +106,89 @@ def write_object(repo: Repo, kind: str, data: bytes) -> str:
 def write_tree(repo: Repo, base_tree: str, changes: dict[str, bytes | None], modes: dict[str, int] | None = None) -> str:
     """A new tree: base_tree with `changes` ({path: bytes, or None to delete}) written over it.
 
-    Uses a temporary index file, so neither the repository's index nor any working tree changes.
-    A changed file keeps its mode in base_tree; a new one gets modes[path] or 100644.
+    Computed and stored here (write_object), only the trees on the changed paths: neither an index
+    nor a working tree is involved, and no git process "freshens" (touches) the objects it finds in
+    a repository this one borrows from, so a scratch repository over a target or the cache leaves
+    both exactly as they were. A changed file keeps its mode in base_tree; a new one gets
+    modes[path] or 100644; a directory left empty disappears.
     """
     modes = modes or {}
-    existing = list_tree(repo, base_tree) if changes else {}
-    records = []
+    files: dict[str, dict[str, bytes | None]] = {"": {}}  # directory -> {name: bytes or None}
     for path, data in changes.items():
-        if data is None:
-            records.append(f"0 {'0' * 40}\t{path}")  # mode 0 removes the entry
-        else:
-            mode = existing[path].mode if path in existing else modes.get(path, REGULAR_MODE)
-            records.append(f"{mode:o} {write_blob(repo, data)}\t{path}")
-    with tempfile.TemporaryDirectory(prefix="rocmpatch-index-") as scratch:
-        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        run_bytes(repo, "read-tree", base_tree, env=env)
-        if records:
-            stdin = "".join(r + "\0" for r in records).encode("utf-8", "surrogateescape")
-            run_bytes(repo, "update-index", "-z", "--index-info", stdin=stdin, env=env)
-        return run_bytes(repo, "write-tree", env=env).decode().strip()
+        directory, _, name = path.rpartition("/")
+        files.setdefault(directory, {})[name] = data
+        while directory:
+            directory = directory.rpartition("/")[0]
+            files.setdefault(directory, {})
+    base = _TreeWalk(repo, base_tree)
+    written: dict[str, str | None] = {}
+    for directory in sorted(files, key=lambda d: -d.count("/") if d else 1):  # deepest first, the top last
+        entries = base.entries(directory)
+        for name, data in files[directory].items():
+            if data is None:
+                entries.pop(name, None)
+                continue
+            old = entries.get(name)
+            path = f"{directory}/{name}" if directory else name
+            mode = old[0] if old is not None and old[0] != _TREE_MODE else modes.get(path, REGULAR_MODE)
+            entries[name] = (mode, write_blob(repo, data))
+        prefix = f"{directory}/" if directory else ""
+        for child, sha in written.items():
+            if child.startswith(prefix) and "/" not in child[len(prefix):] and child != directory:
+                name = child[len(prefix):]
+                if sha is None:
+                    entries.pop(name, None)
+                else:
+                    entries[name] = (_TREE_MODE, sha)
+        written[directory] = _write_tree_object(repo, entries) if entries or not directory else None
+    return written[""]
+
+
+_TREE_MODE = 0o40000
+
+
+class _TreeWalk:
+    """The entries of a tree's directories, read one tree object at a time (cat-file --batch)."""
+
+    def __init__(self, repo: Repo, tree: str) -> None:
+        self.repo, self.tree = repo, tree
+        self._ids: dict[str, str | None] = {"": tree}
+        self._parsed: dict[str, dict[str, tuple[int, str]]] = {}
+
+    def entries(self, directory: str) -> dict[str, tuple[int, str]]:
+        """A copy: the caller may change it."""
+        if directory not in self._parsed:
+            sha = self._id(directory)
+            found = self.repo.read_object(sha) if sha is not None else None
+            self._parsed[directory] = parse_tree(found[2]) if found is not None and found[1] == "tree" else {}
+        return dict(self._parsed[directory])
+
+    def _id(self, directory: str) -> str | None:
+        if directory not in self._ids:
+            parent, _, name = directory.rpartition("/")
+            entry = self.entries(parent).get(name) if self._id(parent) else None
+            self._ids[directory] = entry[1] if entry is not None and entry[0] == _TREE_MODE else None
+        return self._ids[directory]
+
+
+def parse_tree(data: bytes) -> dict[str, tuple[int, str]]:
+    """{name: (mode, id)} of a tree object's content."""
+    entries, index = {}, 0
+    while index < len(data):
+        space = data.index(b" ", index)
+        end = data.index(b"\0", space)
+        entries[data[space + 1:end].decode("utf-8", "surrogateescape")] = (int(data[index:space], 8), data[end + 1:end + 21].hex())
+        index = end + 21
+    return entries
+
+
+def _write_tree_object(repo: Repo, entries: dict[str, tuple[int, str]]) -> str:
+    records = []
+    for name, (mode, sha) in entries.items():
+        raw = name.encode("utf-8", "surrogateescape")
+        records.append((raw + b"/" if mode == _TREE_MODE else raw, b"%o %s\0%s" % (mode, raw, bytes.fromhex(sha))))
+    records.sort(key=lambda record: record[0])
+    return write_object(repo, "tree", b"".join(record for _, record in records))
 
 
 def paths_at(repo: Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:
@@ -152,3 +215,21 @@ def parse_entries(out: bytes, *, sha_field: int) -> dict[str, Entry]:
 def has_object(repo: Repo, sha: str) -> bool:
     """Whether the object with this (hex) id is in repo, packed or loose."""
     return re.fullmatch(r"[0-9a-fA-F]+", sha) is not None and repo.read_object(sha) is not None
+
+
+def objects_not_matching_ids(repo: Repo, *, skip: set[str] = frozenset()) -> list[tuple[str, str]]:
+    """(id, type) of each object in repo, packed or loose, whose content as git reads it does not
+    hash to its id; `skip`: ids already checked another way. git does not check this when it
+    reads an object (checkout writes a swapped blob's content as it is)."""
+    listing = run_bytes(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)")
+    bad = []
+    for line in listing.decode("ascii").splitlines():
+        sha = line.split(" ", 1)[0]
+        if sha in skip:
+            continue
+        _, kind, data = read_object(repo, sha)
+        digest = hashlib.sha1(f"{kind} {len(data)}\0".encode("ascii"))
+        digest.update(data)
+        if digest.hexdigest() != sha:
+            bad.append((sha, kind))
+    return bad

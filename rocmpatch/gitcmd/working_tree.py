@@ -9,11 +9,9 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
-from rocmpatch.errors import RocmpatchError
-from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _not_started, child_setup, resolve_commit, run, run_bytes
-from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry, parse_entries
+from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _not_started, child_setup, resolve_commit, run, run_bytes, run_status
+from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry
 
 
 def head_commit(repo: Repo) -> str | None:
@@ -34,6 +32,20 @@ def dirty_paths(repo: Repo) -> list[tuple[str, str]]:
             text = record.decode("utf-8", "surrogateescape")
             found.append((text[:2], text[3:]))
     return found
+
+
+def ignored_paths(repo: Repo, paths: list[str]) -> set[str]:
+    """Which of these paths (files or directories, relative to the top, not tracked) git's ignore
+    rules exclude: the .gitignore files in the working tree, .git/info/exclude and
+    core.excludesFile. Decided without the index (`--no-index`: nothing it holds or flags counts)
+    and case-sensitively whatever core.ignoreCase says."""
+    if not paths:
+        return set()
+    stdin = b"".join(os.fsencode(path) + b"\0" for path in paths)
+    status, out, err = run_status(repo, "-c", "core.ignoreCase=false", "check-ignore", "--no-index", "-z", "--stdin", stdin=stdin)
+    if status not in (0, 1):  # 1: none of them is ignored
+        raise GitFailed(["check-ignore"], status, err).one_line()
+    return {os.fsdecode(path) for path in out.split(b"\0") if path}
 
 
 def hidden_edits(repo: Repo) -> list[str]:
@@ -196,67 +208,6 @@ def worktree_tree(repo: Repo, *, leave_out: list[str] = ()) -> str:
         excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
         run_bytes(repo, "add", "-A", "--", ".", *excluded, env=env)
         return run_bytes(repo, "write-tree", env=env).decode().strip()
-
-
-# What git compares, whatever the target's configuration says: modes, and stat data in full.
-_HONEST_STAT = ("-c", "core.fileMode=true", "-c", "core.trustctime=true", "-c", "core.checkStat=default",
-                "-c", "core.ignoreStat=false", "-c", "core.symlinks=true")
-
-
-def snapshot_entries(repo: Repo, *, leave_out: list[str] = ()) -> dict[str, Entry]:
-    """What the working tree holds, path by path, as git would record it (mode, type, blob id;
-    untracked files included, ignored ones not), without writing anything to the repository:
-    a temporary index, and the blobs hashed into a temporary object directory that borrows the
-    repository's objects.
-
-    The temporary index starts as a copy of the repository's own, so that, like `git status`,
-    only files whose stat data changed are read again; but only when no entry carries a flag
-    that hides changes (assume-unchanged, skip-worktree), and with the configuration that weakens
-    the stat check (core.fileMode=false, core.trustctime=false, ...) overridden. Otherwise every
-    file is hashed."""
-    with _snapshot_index(repo, leave_out) as env:
-        out = run_bytes(repo, "ls-files", "-s", "-z", "--full-name", env=env)
-    return parse_entries(out, sha_field=1)
-
-
-def snapshot_tree(repo: Repo) -> str:
-    """The tree id of the working tree as snapshot_entries sees it: one id to compare, when the
-    question is only "is it exactly this tree?". Raises when git cannot record a path (a nested
-    repository without commits)."""
-    with _snapshot_index(repo, ()) as env:
-        return run_bytes(repo, "write-tree", env=env).decode().strip()
-
-
-@contextlib.contextmanager
-def _snapshot_index(repo: Repo, leave_out) -> Iterator[dict[str, str]]:
-    """The environment of a temporary index holding the working tree (see snapshot_entries)."""
-    with tempfile.TemporaryDirectory(prefix="rocmpatch-snapshot-") as scratch:
-        objects = Path(scratch) / "objects"
-        objects.mkdir()
-        index = Path(scratch) / "index"
-        env = {"GIT_INDEX_FILE": str(index), "GIT_OBJECT_DIRECTORY": str(objects),
-               "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(Path(repo.git_dir) / "objects")}
-        if not _seed_index(repo, index, env) and resolve_commit(repo, "HEAD"):
-            run_bytes(repo, "read-tree", "HEAD", env=env)
-        excluded = [f":(exclude,literal){path.rstrip('/')}" for path in leave_out]
-        run_bytes(repo, *_HONEST_STAT, "add", "-A", "--", ".", *excluded, env=env)
-        yield env
-
-
-def _seed_index(repo: Repo, index: Path, env: dict[str, str]) -> bool:
-    """Copy the repository's index to `index` when none of its entries hides a change (`ls-files
-    -v` tags: lower case for assume-unchanged, S for skip-worktree); False when it cannot be used."""
-    source = Path(repo.git_dir) / "index"
-    try:
-        index.write_bytes(source.read_bytes())
-        tags = run_bytes(repo, "ls-files", "-v", "-z", env=env)
-    except (OSError, RocmpatchError):
-        index.unlink(missing_ok=True)
-        return False
-    if any(record[:1].islower() or record[:1] == b"S" for record in tags.split(b"\0") if record):
-        index.unlink()
-        return False
-    return True
 
 
 def diff_trees(repo: Repo, old_tree: str, new_tree: str) -> bytes:

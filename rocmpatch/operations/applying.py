@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd, history, moves, store, target
+from rocmpatch import gitcmd, history, moves, statcache, store, target
 from rocmpatch.console import note
 from rocmpatch.error_handler import mark_done
-from rocmpatch.errors import InvalidInput, TargetRefused
+from rocmpatch.errors import EnvironmentProblem, InvalidInput, TargetRefused, UpstreamError
 from rocmpatch.files import current_umask
 from rocmpatch.schema import Lock
 from rocmpatch.series import LOCK_HINT, LoadedPatch, LoadedSeries
@@ -53,6 +53,8 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
         if not dry_run:
             result.recovered = moves.recover(repo)
         _apply_existing(repo, loaded, lock, result)
+        if not dry_run and (result.applied or result.recovered or not statcache.recorded(Path(repo.working_tree_dir))):
+            statcache.refresh(repo, lock.patched_tree)  # what verify will not need to read again
         return result
 
 
@@ -84,6 +86,7 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
         else:
             repo = target.materialize(building, cache, lock.upstream.commit, lock.upstream.url)
             _apply_existing(repo, loaded, lock, result)
+        statcache.refresh(repo, lock.patched_tree, final_root=directory, check=lambda found: _check_new_target(repo, cache, lock, found))
         repo.close()
         try:
             os.rename(building, directory)  # atomic; replaces an empty directory, fails on a non-empty one
@@ -94,6 +97,29 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
         shutil.rmtree(building, ignore_errors=True)
     result.target = directory
     return result
+
+
+def _check_new_target(repo: gitcmd.Repo, cache: gitcmd.Repo, lock: Lock, found) -> None:
+    """Every object a new target got from the cache matches its id (git does not check this when
+    it checks a file out): the files written, hashed by rocmpatch, must make the lock's
+    patched_tree; every other object is hashed as git reads it. A cache copied from another
+    machine with one blob swapped is refused here, and the new target is never put in place."""
+    if found.tree == lock.patched_tree:
+        bad = gitcmd.objects_not_matching_ids(repo, skip=found.trees | {entry.sha for entry in found.entries.values()})
+    else:
+        bad = gitcmd.objects_not_matching_ids(repo)
+    entry = gitcmd.git_dir(cache)
+    if bad:
+        sha, kind = bad[0]
+        raise UpstreamError(f"{entry}: the cache entry holds {len(bad)} object(s) whose content does not match their id "
+                            f"(the {kind} {sha}, first); nothing was created",
+                            hint=f"delete {entry} and run 'rocmpatch fetch' again (or copy the cache again from a machine whose entry is intact)")
+    if found.tree != lock.patched_tree:
+        expected = gitcmd.list_tree(repo, lock.patched_tree)
+        differing = sorted(path for path in expected.keys() | found.entries.keys() if expected.get(path) != found.entries.get(path))
+        raise EnvironmentProblem(f"{repo.working_tree_dir}: git checked out {len(differing)} file(s) other than their blobs "
+                                 f"({', '.join(differing[:3])}); nothing was created",
+                                 hint="a line-ending or filter setting converted them (.gitattributes, the git template's info/attributes); remove it and rerun")
 
 
 def _kept_series_head(cache: gitcmd.Repo, loaded: LoadedSeries, lock: Lock) -> str | None:

@@ -1,12 +1,15 @@
 """`rocmpatch verify`: is the target byte for byte pin + series?
 
 Compared is what git compares: content, mode (executable or not) and type (file, symlink,
-nested repository) of every path. The working tree is hashed whole into a temporary index and
-object directory (`git add -A`; the target is not written), so neither the target's index nor its
-flags (assume-unchanged, skip-worktree) nor its configuration (core.fileMode=false, an fsmonitor)
-can hide a change: HEAD's tree equal to the lock's patched_tree, and the working tree's tree id to
-HEAD's, is the answer yes. Otherwise paths are compared entry by entry, to say for each what
-happened to it.
+nested repository) of every path. The answer comes only from bytes rocmpatch reads itself: the
+working tree is walked and hashed here (rocmpatch.snapshot), and its tree id computed here, so
+nothing of the target's own git state can hide a change: not its index (entries, flags,
+cache-tree), attributes (eol, filters, core.autocrlf), replace refs, sparse-checkout or case
+settings, nor its configuration. A file is read again unless rocmpatch's own stat cache
+(rocmpatch.statcache, kept outside the target) proves it unchanged. HEAD's tree equal to the
+lock's patched_tree, and the working tree's tree id to HEAD's, is the answer yes. Otherwise paths
+are compared entry by entry, to say for each what happened to it. Nothing is written, in the
+target or the cache.
 """
 
 from __future__ import annotations
@@ -14,20 +17,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd, history, store, target
-from rocmpatch.errors import RocmpatchError
+from rocmpatch import gitcmd, history, snapshot, statcache, store, target
 from rocmpatch.series import LoadedSeries
-from rocmpatch.trees import patch_trees, touched_by
+from rocmpatch.trees import escaping_symlinks, patch_trees, touched_by
 
 EDITED, DELETED, ADDED, PATCH_MISSING = "edited", "deleted", "added", "patch-missing"
 MODE_CHANGED, TYPE_CHANGED = "mode-changed", "type-changed"
+UNREADABLE, IGNORED = "unreadable", "ignored"
 _FILE_MODES = (0o100644, 0o100755)
 
 
 @dataclass
 class Difference:
     path: str
-    kind: str  # edited | deleted | added | patch-missing | mode-changed | type-changed
+    kind: str  # edited | deleted | added | patch-missing | mode-changed | type-changed | unreadable | ignored
     patches: list[str] = field(default_factory=list)  # the series' patches touching this path
 
 
@@ -40,6 +43,7 @@ class VerifyReport:
     lock_problems: list[str] = field(default_factory=list)
     interrupted: str | None = None
     not_based_on_pin: str | None = None  # what HEAD is based on instead, as one line
+    strict: bool = False  # ignored files Python could import are differences too
 
     @property
     def ok(self) -> bool:
@@ -53,19 +57,20 @@ class VerifyReport:
             "head_tree": self.head_tree,
             "interrupted": self.interrupted,
             "not_based_on_pin": self.not_based_on_pin,
+            "strict": self.strict,
             "lock_problems": self.lock_problems,
             "differences": [{"path": d.path, "kind": d.kind, "patches": d.patches} for d in self.differences],
         }
 
 
-def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = None) -> VerifyReport:
+def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = None, strict: bool = False) -> VerifyReport:
     lock = loaded.require_lock()
     repo = target.open_target(directory)
     head = gitcmd.head_commit(repo)
     head_tree = gitcmd.tree_of(repo, head) if head else None
     journal = target.pending(repo)
     report = VerifyReport(directory, lock.patched_tree, head_tree, lock_problems=loaded.lock_problems(),
-                          interrupted=journal["operation"] if journal else None)
+                          interrupted=journal["operation"] if journal else None, strict=strict)
     pin = lock.upstream.commit
     state = history.read(repo, pin)
     pin_tree = lock.upstream.tree
@@ -75,11 +80,16 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
         pin_tree = gitcmd.tree_of(repo, pin)
         if pin_tree != lock.upstream.tree:
             report.lock_problems.append(f"{loaded.location.lock_path}: upstream.tree is {lock.upstream.tree}, but commit {pin} has tree {pin_tree}")
-    if head_tree == lock.patched_tree and report.ok and _worktree_is(repo, head_tree):
+    root = Path(repo.working_tree_dir)
+    cached = statcache.load(root)
+    ignored = snapshot.ignored_by_git(repo)
+    guide = cached.files if cached is not None and cached.tree == lock.patched_tree else None
+    if guide is None and gitcmd.has_object(repo, lock.patched_tree):
+        guide = gitcmd.list_tree(repo, lock.patched_tree)
+    now = snapshot.take(root, guide, ignored, cached=cached, strict=strict) if guide is not None else None
+    if (now is not None and now.tree == lock.patched_tree and head_tree == lock.patched_tree and report.ok
+            and not now.importable_ignored and not escaping_symlinks(now.links)):
         return report
-    # Untracked nested repositories ("?? dir/") cannot be hashed into a tree: reported as added.
-    nested = [path for code, path in gitcmd.dirty_paths(repo) if code == "??" and path.endswith("/")]
-    now_entries = gitcmd.snapshot_entries(repo, leave_out=nested)
     actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
     # Trees computed here go to a scratch repository: neither the target nor the cache is written.
     source = repo if gitcmd.has_object(repo, pin_tree) else store.cached_repo(lock.upstream, url_override)
@@ -90,25 +100,33 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
             report.lock_problems.append(f"{loaded.location.lock_path}: patched_tree is {lock.patched_tree}, but the series on the pin gives {patched}")
             report.expected_tree = patched
         expected = gitcmd.list_tree(scratch, patched)
+    if now is None or guide.keys() != expected.keys():  # the walk is guided by the tree it is compared with
+        now = snapshot.take(root, expected, ignored, cached=cached, strict=strict)
     touched = touched_by(loaded.patches)
-    for path in sorted(expected.keys() | now_entries.keys()):
-        now, want = now_entries.get(path), expected.get(path)
-        if now == want:
+    unreadable = set(now.unreadable)
+    for path in sorted(expected.keys() | now.entries.keys()):
+        current, want = now.entries.get(path), expected.get(path)
+        if path in unreadable or _under(path, unreadable):
             continue
-        kind = _kind(path, now, want, pin_entries, touched, edited_here=now != actual.get(path))
+        if current == want:
+            continue
+        kind = _kind(path, current, want, pin_entries, touched, edited_here=current != actual.get(path))
         report.differences.append(Difference(path, kind, touched.get(path, [])))
-    report.differences += [Difference(path.rstrip("/"), ADDED) for path in nested]
+    report.differences += [Difference(path, UNREADABLE, touched.get(path, [])) for path in sorted(unreadable)]
+    report.differences += [Difference(path, IGNORED) for path in now.importable_ignored]
+    if report.ok and now.tree != report.expected_tree:
+        # Every path compared equal, yet the tree ids differ: never a yes.
+        report.lock_problems.append(f"{directory}: the working tree's tree id is {now.tree}, not {report.expected_tree}")
     return report
 
 
-def _worktree_is(repo, tree: str) -> bool:
-    """The quick answer for the common case: the working tree, snapshot whole, has exactly this
-    tree id (a nested repository is recorded as a gitlink, so it differs; one without commits
-    cannot be recorded: then the caller looks path by path)."""
-    try:
-        return gitcmd.snapshot_tree(repo) == tree
-    except RocmpatchError:
-        return False
+def _under(path: str, directories: set[str]) -> bool:
+    end = path.rfind("/")
+    while end > 0:
+        if path[:end] in directories:
+            return True
+        end = path.rfind("/", 0, end)
+    return "" in directories
 
 
 def _kind(path: str, now: gitcmd.Entry | None, want: gitcmd.Entry | None, pin: dict[str, gitcmd.Entry], touched: dict[str, list[str]], *, edited_here: bool) -> str:
