@@ -124,7 +124,8 @@ def check_mla() -> dict:
         for backend in ("auto", "unfused"):
             config.attention_backend = getattr(type(config.attention_backend), backend)
             core = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal,
-                                       attention_type="self", softmax_scale=scale, k_channels=24, v_channels=16)
+                                       attention_type="self", attention_dropout=0.0, softmax_scale=scale,
+                                       k_channels=24, v_channels=16)
             context = core(query, key, value, attention_mask=None)
             paths[backend] = {"sdpa": bool(getattr(core, "use_sdpa", False)), "shape": list(context.shape),
                               "max_err": float((context - expected).abs().max())}

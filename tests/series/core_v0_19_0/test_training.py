@@ -123,10 +123,10 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def pretrain_gpt(tree: Path, *extra: str, iters: int = 8) -> tuple[dict[int, float], str]:
+def pretrain_gpt(tree: Path, *extra: str, iters: int = 8, base: list[str] = TINY_LLAMA) -> tuple[dict[int, float], str]:
     """torchrun --nproc-per-node 2 pretrain_gpt.py on CPU: {iteration: lm loss}, output."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "pretrain_gpt.py", *TINY_LLAMA, "--train-iters", str(iters), *extra]
+               "pretrain_gpt.py", *base, "--train-iters", str(iters), *extra]
     proc = subprocess.run(command, cwd=tree, env=child_env(), check=False, capture_output=True, text=True, timeout=500)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"pretrain_gpt.py {' '.join(extra)} failed:\n{output[-6000:]}"
