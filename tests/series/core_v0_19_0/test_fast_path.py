@@ -4,7 +4,7 @@ Full-tree tests (the mirror named by ROCMPATCH_TEST_UPSTREAM; skip without it): 
 patched tree runs on CPU, one process, two iterations of the tiny Llama (GQA: 4 query heads, 2
 key/value groups), under tests/series/core_v0_19_0/record_calls.py, which records the arguments of
 every torch.nn.functional.scaled_dot_product_attention call and of the optimizer. The same Python
-code runs on a GPU, so these are the calls a GPU run makes.
+code runs on a GPU, so these are the calls a GPU run makes (on a GPU the optimizer is fused too).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def test_pretrain_gpt_attention_is_causal_with_no_mask_tensor(tree019, tmp_path,
     iterations x 4 micro-batches (global batch 8, micro-batch 2)."""
     record = recorded_run(tree019, tmp_path, *([mask_flag] if mask_flag else []))
     assert record["sdpa"] == [(FAST, 16)], record["sdpa"]
+    # and the optimizer is torch AdamW with its fused kernel (torch-adam-fused; the CPU's from torch 2.4)
+    assert record["optimizers"] == [{"class": "AdamW", "fused": True, "foreach": None}], record["optimizers"]
 
 
 def test_pretrain_gpt_document_masks_stay_exact(tree019, tmp_path):  # noqa: F811
@@ -62,3 +64,27 @@ def test_pretrain_gpt_document_masks_stay_exact(tree019, tmp_path):  # noqa: F81
 def test_unfused_backend_never_calls_sdpa(tree019, tmp_path):  # noqa: F811
     """--attention-backend unfused is the explicit path: the side-by-side baseline of the benchmark."""
     assert recorded_run(tree019, tmp_path, "--attention-backend", "unfused")["sdpa"] == []
+
+
+def fp32_losses(tree: Path, *extra: str) -> dict[int, float]:
+    """The tiny Llama in fp32 (TINY_LLAMA without --bf16), two processes, 4 iterations, distributed
+    optimizer: {iteration: lm loss}."""
+    flags = [f for f in TINY_LLAMA if f != "--bf16"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "pretrain_gpt.py",
+               *flags, "--train-iters", "4", "--use-distributed-optimizer", "--overlap-grad-reduce", *extra]
+    proc = subprocess.run(command, cwd=tree, env=child_env(), check=False, capture_output=True, text=True, timeout=900)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    losses = {int(m[1]): float(m[2]) for m in ITERATION.finditer(output)}
+    assert sorted(losses) == [1, 2, 3, 4], output[-4000:]
+    return losses
+
+
+def test_recipe_fusions_and_overlap_leave_the_loss_unchanged(tree019):  # noqa: F811
+    """fp32: bias-SwiGLU and RoPE fused (torch.compile) against both unfused, four iterations within
+    fp32 rounding; --overlap-param-gather changes nothing at all."""
+    unfused = fp32_losses(tree019, "--no-bias-swiglu-fusion", "--no-rope-fusion")
+    fused = fp32_losses(tree019)
+    overlapped = fp32_losses(tree019, "--overlap-param-gather")
+    assert all(abs(fused[i] - unfused[i]) <= 1e-5 * unfused[i] for i in unfused), (unfused, fused)
+    assert overlapped == fused, (fused, overlapped)

@@ -1,0 +1,87 @@
+"""core_v0.19.0: the torch-native fusions the recipes turn on leave the loss unchanged.
+
+The wheel's tree with the whole series (conftest's tree019); one child process on CPU
+(fusion_checks.py) builds a tiny Llama-shaped GPTModel (local spec: RMSNorm, SwiGLU, RoPE, GQA)
+twice from one seed, with and without each fusion, and compares one forward and backward in fp32.
+The fused functions run eagerly here (TORCHDYNAMO_DISABLE=1: the same Python code torch.compile
+compiles, without minutes of compiling on a shared CI machine); the full-tree run with torch.compile
+is tests/series/core_v0_19_0/test_fast_path.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.series.core_v0_19_0 import harness
+
+pytest.importorskip("torch")
+
+FP32_ABS = 1e-5
+
+
+@pytest.fixture(scope="module")
+def fusion_results(tree019, child_dir) -> dict:
+    return harness.run_child("fusion_checks", "fusions,optimizer", tree019, child_dir, env={"TORCHDYNAMO_DISABLE": "1"})
+
+
+@pytest.mark.parametrize("name", ["bias-swiglu", "rope", "all"])
+def test_fusion_leaves_loss_and_gradients_unchanged(fusion_results, name):
+    case = fusion_results["fusions"][name]
+    assert all(case["flags"].values()), case  # the fusion was really on
+    assert case["loss_diff"] <= FP32_ABS, case
+    if name == "all":  # includes the native cross entropy: see below
+        assert case["grad_diff"] <= 2 ** -8 * case["grad_scale"], case
+    else:
+        assert case["grad_diff"] <= FP32_ABS, case
+
+
+def test_native_cross_entropy_fusion(fusion_results):
+    """Same loss in fp32; the logits gradient upstream's native kernel returns is bf16 (the recipes'
+    dtype), so fp32 gradients agree to bf16 rounding, and a bf16 model's agree exactly."""
+    fp32, bf16 = (fusion_results["fusions"][n] for n in ("cross-entropy native", "cross-entropy native bf16"))
+    assert fp32["flags"]["cross_entropy_loss_fusion"] and fp32["loss_diff"] <= FP32_ABS, fp32
+    assert fp32["grad_diff"] <= 2 ** -8 * fp32["grad_scale"], fp32
+    assert bf16["loss_diff"] == 0.0 and bf16["grad_diff"] == 0.0, bf16
+
+
+def test_rope_fusion_is_the_torch_form_with_cos_sin_cached(fusion_results):
+    """Without TE, --rope-fusion is rope-torch-fused's form; cos/sin are computed once for all
+    layers (q and k) of the first forward and never again (the rotary embedding caches freqs)."""
+    fusions = fusion_results["fusions"]
+    assert fusions["rope_is_torch_form"]
+    assert fusions["rope_cos_calls"] == [1, 0]
+
+
+def test_rmsnorm_goes_through_torch_functional_rms_norm(fusion_results):
+    fusions = fusion_results["fusions"]
+    assert fusions["norm_class"] == "RMSNorm" and fusions["rms_norm_calls"] == 5  # 2 layers x 2 + final
+
+
+@pytest.mark.parametrize("kind", ["local", "distributed"])
+def test_torch_adamw_is_fused(fusion_results, kind):
+    """Without TE/apex: torch AdamW with fused=True (CPU kernel from torch 2.4), foreach unset; two
+    steps train and leave one step count."""
+    result = fusion_results["optimizer"][kind]
+    assert result["class"] == "AdamW" and result["fused"] is True and result["foreach"] is None, result
+    assert result["losses"][1] < result["losses"][0] and result["steps"] == [2.0], result
+
+
+def test_jit_fuser_is_torch_compile_where_a_compiler_is(tree019, child_dir):
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine")
+    result = harness.run_child("fusion_checks", "jit_fuser", tree019, child_dir)["jit_fuser"]
+    assert result == {"fuser": "compile", "warnings": []}
+
+
+def test_jit_fuser_without_a_compiler_runs_eagerly_saying_so(tree019, tmp_path):
+    """PATH without g++ (CPU): torch.compile would stop the first step with InvalidCxxCompiler."""
+    result = harness.run_child("fusion_checks", "jit_fuser", tree019, tmp_path,
+                               env={"PATH": str(Path(sys.executable).parent), "CXX": ""})["jit_fuser"]
+    assert result["fuser"] == "noop_decorator"
+    assert result["warnings"] == ["torch.compile cannot build kernels here: no C++ compiler for the CPU (g++ not on "
+                                  "PATH); Megatron's jit_fuser functions (bias-SwiGLU/GeLU, RoPE, cross-entropy fusions) "
+                                  "run eagerly."]
