@@ -9,6 +9,7 @@ from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, TargetRefused, UsageError
 from rocmpatch.launchers import preamble, render, torchrun
 from rocmpatch.recipes.catalog import Recipe, find, names, parse_argv, to_argv
+from rocmpatch.recipes.memory import upstream_model
 
 GB_PER_GIB = (1 << 30) / 1e9
 
@@ -28,25 +29,27 @@ def run_list(*, as_json: bool) -> ExitCode:
 
 def run_show(*, name: str, as_json: bool) -> ExitCode:
     recipe = find(name)
+    upstream = upstream_model(recipe.release)
     if as_json:
         emit_json({"name": recipe.name, "release": recipe.release, "summary": recipe.summary, "vocab_size": recipe.vocab_size,
                    "args": recipe.args, "layouts": [{"name": l.name, "nodes": l.nodes, "gpus_per_node": l.gpus_per_node,
                                                      "sized_for": l.sized_for, "gpu_memory_gb": l.gpu_memory_gb,
                                                      "tokens_per_second": l.tokens_per_second, "args": l.args,
-                                                     "memory_estimate": recipe.estimate(l).to_json()} for l in recipe.layouts]})
+                                                     "memory_estimate": recipe.estimate(l, upstream).to_json()} for l in recipe.layouts]})
         return ExitCode.OK
     out.print(f"{recipe.name} ({recipe.release}): {recipe.summary}", markup=False)
     out.print(f"file: {recipe.path}", markup=False)
     table = Table("layout", "GPUs", "params/GPU", "weights+grads", "optimizer", "activations", "total GiB", "tokens/s/GPU")
     for l in recipe.layouts:
-        e = recipe.estimate(l)
+        e = recipe.estimate(l, upstream)
         table.add_row(l.name, f"{l.nodes} x {l.gpus_per_node}", f"{e.params_per_gpu / 1e9:.2f} B",
                       f"{e.weights_and_grads_gib:.1f}", f"{e.optimizer_gib:.1f}", f"{e.activations_gib:.1f}", f"{e.total_gib:.1f}",
                       "not measured" if l.tokens_per_second is None else str(l.tokens_per_second))
     out.print(table)
     for l in recipe.layouts:
         out.print(f"{l.name}: sized for {l.sized_for}", markup=False)
-    out.print("memory: a rough estimate per GPU (rocmpatch/recipes/memory.py); add a few GiB for the runtime and RCCL buffers", markup=False)
+    out.print("memory: an estimate per GPU for the torch path (rocmpatch/recipes/memory.py); add a few GiB for the runtime "
+              f"and RCCL buffers; weights and optimizer states: {recipe.estimate(recipe.layouts[0], upstream).source}", markup=False)
     out.print("megatron args: " + " ".join(to_argv(recipe.args)), markup=False)
     return ExitCode.OK
 

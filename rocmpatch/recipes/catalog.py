@@ -45,8 +45,9 @@ class Recipe:
     def merged_args(self, layout: Layout) -> dict:
         return {**self.args, **layout.args}
 
-    def estimate(self, layout: Layout) -> Estimate:
-        return estimate(self.merged_args(layout), self.vocab_size, layout.world_size)
+    def estimate(self, layout: Layout, upstream=None, device: str = "gpu") -> Estimate:
+        """Memory per GPU; upstream: the release's theoretical_memory_usage module (memory.upstream_model)."""
+        return estimate(self.merged_args(layout), self.vocab_size, layout.world_size, upstream=upstream, device=device)
 
     def layout_for(self, gpus: int, nodes: int) -> Layout:
         """The recipe's layout for gpus x nodes, else one derived from its layout with the most nodes

@@ -1,21 +1,45 @@
-"""A rough memory estimate per GPU from Megatron arguments alone (no Megatron import).
+"""Memory per GPU of a Megatron-LM training run on the torch path: upstream's own model of the
+release, plus what the torch path (no Transformer Engine, apex or flash-attn) adds.
 
-Weights and gradients: 2 bytes (bf16) + 4 bytes (fp32 gradient buffer) per parameter held by the GPU.
-Adam with fp32 master weights: 12 bytes per parameter, divided over the data-parallel ranks with
---use-distributed-optimizer (expert parameters over the expert-data-parallel ranks).
-Activations, per layer and micro-batch, with sequence parallelism when TP > 1 and SDPA attention (no
-stored score matrix): s*b*h*(18 + 4f/h) bytes with a GELU MLP, 6f/h with SwiGLU (two projections),
-the MLP part times top-k for MoE layers. Full recompute keeps only each layer's input (2 s*b*h bytes)
-plus one layer's activations. The first pipeline stage holds min(PP, micro-batches) micro-batches of
-its L/PP layers. Logits (bf16 and their fp32 copy for the loss) are added when PP = 1.
-Not counted: runtime, RCCL/NCCL buffers, allocator fragmentation (plan a few GiB per GPU for those).
+Upstream's model is megatron/training/theoretical_memory_usage.py of the release (the authority for
+its parameter counts and bytes per parameter), read from the target tree, or from the pinned commit
+in rocmpatch's cache: weights, gradients and Adam states per GPU (compute_weight_and_optimizer_memory:
+bf16 weights, fp32 gradients, fp32 main weights and Adam moments, sharded over data-parallel ranks
+with the distributed optimizer). Its activation formulas describe Transformer Engine's kernels; they
+are reported next to the torch path's own count, which replaces them:
+
+- per layer and token (bytes; divided by TP, sequence parallelism assumed with TP > 1): each norm's
+  input (2h; torch's composite CPU rms_norm keeps fp32 copies: about 5h more, measured), the QKV
+  projection's input (2h) and output (2(h + 2kv): the value heads SDPA keeps are a view of it), the
+  rotated q and k (2(h + kv)), SDPA's output (2h) and log-sum-exp (4 per head), the output
+  projection's input (2h), the MLP's input (2h), its fc1 output (4f gated: all the fused
+  bias-SwiGLU keeps; 8f unfused) and fc2 input (2f). The explicit attention path
+  (--attention-backend unfused) adds upstream's 5 x heads x s for scores, probabilities and mask.
+  MoE layers: the MLP part times top-k, plus the permuted tokens (4h x top-k);
+- the loss (last stage): the final norm and output-layer inputs and, at the start of the backward
+  pass, the fp32 softmax, its fp32 gradient and the bf16 gradient (10 bytes per vocabulary entry
+  with the native cross-entropy fusion compiled; 6 unfused);
+- full recompute keeps each layer's input (2h) and one layer's activations; the first pipeline stage
+  holds min(PP, micro-batches) micro-batches of its L/PP layers;
+- optimizer temporaries: the fused torch AdamW has none; gradient clipping scales each main gradient
+  through one temporary (4 bytes x the largest, the embedding's shard). They live after the backward
+  pass, so the peak takes the larger of activations and temporaries, not their sum.
+Not counted: the runtime and allocator, RCCL/NCCL buffers, fragmentation (a few GiB per GPU).
+bench/memory_estimate.py compares the estimate with the measured peak on CPU.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 GIB = 1 << 30
+UPSTREAM_MODEL = "megatron/training/theoretical_memory_usage.py"
+CPU_NORM_EXTRA = 5  # x h bytes per token: torch's composite rms_norm on the CPU keeps fp32 copies
 
 
 @dataclass(frozen=True)
@@ -25,15 +49,71 @@ class Estimate:
     weights_and_grads_gib: float
     optimizer_gib: float
     activations_gib: float
+    temporaries_gib: float
+    upstream_activations_gib: float | None  # upstream's TE-path formula, for comparison
+    source: str  # where weights and optimizer states were counted
 
     @property
     def total_gib(self) -> float:
-        return self.weights_and_grads_gib + self.optimizer_gib + self.activations_gib
+        return self.weights_and_grads_gib + self.optimizer_gib + max(self.activations_gib, self.temporaries_gib)
 
     def to_json(self) -> dict:
+        def r(x):
+            return None if x is None else round(x, 1)
         return {"params_total_billion": round(self.params_total / 1e9, 2), "params_per_gpu_billion": round(self.params_per_gpu / 1e9, 2),
-                "weights_and_grads_gib": round(self.weights_and_grads_gib, 1), "optimizer_gib": round(self.optimizer_gib, 1),
-                "activations_gib": round(self.activations_gib, 1), "total_gib": round(self.total_gib, 1)}
+                "weights_and_grads_gib": r(self.weights_and_grads_gib), "optimizer_gib": r(self.optimizer_gib),
+                "activations_gib": r(self.activations_gib), "optimizer_temporaries_gib": r(self.temporaries_gib),
+                "upstream_activations_gib": r(self.upstream_activations_gib), "total_gib": r(self.total_gib),
+                "weights_and_optimizer_from": self.source}
+
+
+# ---------------------------------------------------------------- upstream's model
+
+
+def load_upstream_model(source: bytes, origin: str) -> ModuleType:
+    """theoretical_memory_usage.py as a module, without importing Megatron (or torch): its one
+    relative import (is_hybrid_model, print_rank_0 from megatron/training/utils.py) gets stand-ins."""
+    package = "_rocmpatch_upstream_memory"
+    if package not in sys.modules:
+        parent = types.ModuleType(package)
+        parent.__path__ = []
+        utils = types.ModuleType(f"{package}.utils")
+        utils.is_hybrid_model = lambda args: False
+        utils.print_rank_0 = lambda *args, **kwargs: None
+        sys.modules[package], sys.modules[f"{package}.utils"] = parent, utils
+    spec = importlib.util.spec_from_loader(f"{package}.theoretical_memory_usage", loader=None, origin=origin)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(source, origin, "exec"), module.__dict__)
+    return module
+
+
+def upstream_model(release: str, target: Path | None = None) -> ModuleType | None:
+    """Upstream's model from the target tree, else from the release's pinned commit in rocmpatch's
+    cache (after `rocmpatch fetch`), else None."""
+    if target is not None:
+        path = target / UPSTREAM_MODEL
+        return load_upstream_model(path.read_bytes(), str(path)) if path.is_file() else None
+    from rocmpatch import gitcmd, releases, series, store
+    from rocmpatch.errors import RocmpatchError
+
+    try:
+        lock = series.load(releases.choose(None, release).location).lock
+        if lock is None:
+            return None
+        cache = store.commit_path(lock.upstream.commit)
+        if not cache.is_dir():  # not fetched: the estimate says it counted without upstream
+            return None
+        repo = gitcmd.open_repo(cache)
+        entry = gitcmd.paths_at(repo, lock.upstream.commit, [UPSTREAM_MODEL]).get(UPSTREAM_MODEL)
+        if entry is None:
+            return None
+        source = gitcmd.read_blob(repo, entry.sha)
+    except (RocmpatchError, OSError):
+        return None
+    return load_upstream_model(source, f"{UPSTREAM_MODEL} at {lock.upstream.commit[:12]} (rocmpatch cache)")
+
+
+# ---------------------------------------------------------------- the arguments
 
 
 def _int(args: dict, flag: str, default: int = 0) -> int:
@@ -41,46 +121,112 @@ def _int(args: dict, flag: str, default: int = 0) -> int:
     return int(value) if value not in (None, False) else default
 
 
-def estimate(args: dict, vocab_size: int, world_size: int) -> Estimate:
-    L, h = _int(args, "--num-layers"), _int(args, "--hidden-size")
-    f = _int(args, "--ffn-hidden-size", 4 * h)
-    heads = _int(args, "--num-attention-heads")
-    groups = _int(args, "--num-query-groups", heads) if args.get("--group-query-attention") else heads
-    s, b = _int(args, "--seq-length"), _int(args, "--micro-batch-size", 1)
-    gbs = _int(args, "--global-batch-size", b)
+def megatron_args(args: dict, vocab_size: int, world_size: int) -> SimpleNamespace:
+    """The fields upstream's model reads, from recipe flags and Megatron's defaults."""
+    h, heads = _int(args, "--hidden-size"), _int(args, "--num-attention-heads")
     tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
-    ep = _int(args, "--expert-model-parallel-size", 1)
-    experts, topk = _int(args, "--num-experts"), _int(args, "--moe-router-topk", 2)
-    swiglu = bool(args.get("--swiglu"))
-    untied = bool(args.get("--untie-embeddings-and-output-weights"))
-    distributed = bool(args.get("--use-distributed-optimizer"))
+    divisible = _int(args, "--make-vocab-size-divisible-by", 128) * tp
+    padded = -(-_int(args, "--vocab-size", vocab_size) // divisible) * divisible
+    experts = _int(args, "--num-experts") or None
+    ffn = _int(args, "--ffn-hidden-size", 4 * h)
+    gqa = bool(args.get("--group-query-attention"))
+    return SimpleNamespace(
+        num_layers=_int(args, "--num-layers"), hidden_size=h, ffn_hidden_size=ffn, num_attention_heads=heads,
+        kv_channels=_int(args, "--kv-channels", h // heads if heads else 0), group_query_attention=gqa,
+        num_query_groups=_int(args, "--num-query-groups", heads) if gqa else heads, swiglu=bool(args.get("--swiglu")),
+        normalization=args.get("--normalization", "LayerNorm"), add_bias_linear=not args.get("--disable-bias-linear"),
+        untie_embeddings_and_output_weights=bool(args.get("--untie-embeddings-and-output-weights")), padded_vocab_size=padded,
+        seq_length=_int(args, "--seq-length"), micro_batch_size=_int(args, "--micro-batch-size", 1),
+        num_experts=experts, moe_ffn_hidden_size=_int(args, "--moe-ffn-hidden-size", ffn) if experts else None,
+        moe_layer_freq=1, moe_router_topk=_int(args, "--moe-router-topk", 2), moe_shared_expert_intermediate_size=None,
+        moe_latent_size=None, moe_shared_expert_gate=False, mtp_num_layers=None, multi_latent_attention=False,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, world_size=world_size,
+        data_parallel_size=world_size // (tp * pp), expert_model_parallel_size=_int(args, "--expert-model-parallel-size", 1),
+        expert_tensor_parallel_size=_int(args, "--expert-tensor-parallel-size", tp),
+        virtual_pipeline_model_parallel_size=None, use_distributed_optimizer=bool(args.get("--use-distributed-optimizer")),
+        sequence_parallel=bool(args.get("--sequence-parallel")), recompute_granularity=args.get("--recompute-granularity"),
+    )
 
-    attention = h * (h + 2 * groups * (h // heads)) + h * h
-    expert = (3 if swiglu else 2) * h * f
-    dense_mlp = 0 if experts else expert
-    expert_total = experts * expert
-    norms = 2 * h
-    embedding = vocab_size * h
-    params_total = L * (attention + dense_mlp + expert_total + norms + (h * experts)) + embedding * (2 if untied else 1) + h
 
-    stage_layers = L / pp
-    dense_per_gpu = stage_layers * ((attention + dense_mlp) / tp + norms + h * experts) + embedding / tp
+# ---------------------------------------------------------------- the estimate
+
+
+def _parameters(a: SimpleNamespace) -> tuple[float, float, float, float]:
+    """(total, per GPU, largest tensor per GPU, per GPU over data parallel): rocmpatch's own count."""
+    h, f, L = a.hidden_size, a.ffn_hidden_size, a.num_layers
+    kv = a.num_query_groups * a.kv_channels
+    experts = a.num_experts or 0
+    attention = h * (a.num_attention_heads * a.kv_channels + 2 * kv) + a.num_attention_heads * a.kv_channels * h
+    mlp = (3 if a.swiglu else 2) * h * f
+    norms = (1 if a.normalization == "RMSNorm" else 2) * 2 * h
+    embedding = a.padded_vocab_size * h
+    untied = a.untie_embeddings_and_output_weights
+    total = L * (attention + (0 if experts else mlp) + experts * mlp + norms + h * experts) + embedding * (2 if untied else 1) + h
+    tp, pp, ep = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.expert_model_parallel_size
+    stage = L / pp
+    dense = stage * ((attention + (0 if experts else mlp)) / tp + norms + h * experts) + embedding / tp
     if untied and pp == 1:
-        dense_per_gpu += embedding / tp
-    expert_per_gpu = stage_layers * (experts / ep) * expert / tp if experts else 0.0
-    dp = world_size // (tp * pp)
-    expert_dp = max(1, world_size // (ep * tp * pp))
-    weights = 6 * (dense_per_gpu + expert_per_gpu)
-    optimizer = 12 * (dense_per_gpu / dp + expert_per_gpu / expert_dp) if distributed else 12 * (dense_per_gpu + expert_per_gpu)
+        dense += embedding / tp
+    expert = stage * (experts / ep) * mlp / a.expert_tensor_parallel_size if experts else 0.0
+    expert_dp = max(1, a.world_size // (ep * a.expert_tensor_parallel_size * pp))
+    sharded = dense / a.data_parallel_size + expert / expert_dp
+    return total, dense + expert, embedding / tp, sharded
 
-    mlp_term = (6 if swiglu else 4) * f / h * (topk if experts else 1)
-    per_layer = s * b * h * (18 + mlp_term) / tp
-    microbatches = max(1, gbs // (b * dp))
-    in_flight = min(pp, microbatches)
-    if args.get("--recompute-granularity") == "full":
-        activations = stage_layers * in_flight * 2 * s * b * h / tp + per_layer
+
+def _layer_bytes_per_token(a: SimpleNamespace, args: dict, device: str, moe: bool) -> float:
+    h, f = a.hidden_size, (a.moe_ffn_hidden_size if moe else a.ffn_hidden_size)
+    q = a.num_attention_heads * a.kv_channels
+    kv = a.num_query_groups * a.kv_channels
+    norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
+    rope = 2 * (q + kv) if args.get("--position-embedding-type", "learned_absolute") == "rope" else 0
+    attention = norm + 2 * h + 2 * (q + 2 * kv) + rope + 2 * q + 4 * a.num_attention_heads + 2 * q
+    if args.get("--attention-backend") == "unfused":
+        attention += 5 * a.num_attention_heads * a.seq_length
+    fused = not args.get("--no-bias-swiglu-fusion") if a.swiglu else not args.get("--no-bias-gelu-fusion")
+    fc1 = (4 * f if fused else 8 * f) if a.swiglu else 2 * f
+    mlp = 2 * h + fc1 + 2 * f
+    if moe:
+        mlp = (mlp + 4 * h) * a.moe_router_topk
+    return attention + norm + mlp
+
+
+def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleType | None = None, device: str = "gpu") -> Estimate:
+    """Memory per GPU (the most loaded one: the first pipeline stage, plus the loss where PP = 1).
+
+    upstream: megatron/training/theoretical_memory_usage.py of the release (upstream_model());
+    without it the weights and optimizer states are counted by rocmpatch (same bytes per
+    parameter) and the estimate says so. device: "gpu", or "cpu" for torch's CPU kernels."""
+    a = megatron_args(args, vocab_size, world_size)
+    total, per_gpu, largest, sharded = _parameters(a)
+    weights_and_grads = 6 * per_gpu
+    if upstream is not None:
+        weights_and_optimizer = upstream.compute_weight_and_optimizer_memory(SimpleNamespace(**vars(a)))
+        source = f"upstream {UPSTREAM_MODEL}"
+        if a.sequence_parallel and a.recompute_granularity == "selective":
+            upstream_activations = upstream.compute_activation_memory(SimpleNamespace(**vars(a)), None)
+        else:
+            upstream_activations = upstream.compute_activation_memory_without_sp(SimpleNamespace(**vars(a)), None)
     else:
-        activations = stage_layers * in_flight * per_layer
+        weights_and_optimizer = weights_and_grads + 12 * (sharded if a.use_distributed_optimizer else per_gpu)
+        source = f"rocmpatch's own count (no {UPSTREAM_MODEL}: give the target tree, or run `rocmpatch fetch`)"
+        upstream_activations = None
+
+    s, b, h = a.seq_length, a.micro_batch_size, a.hidden_size
+    tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    tokens = s * b
+    layer = _layer_bytes_per_token(a, args, device, moe=bool(a.num_experts)) * tokens / tp
+    stage_layers = a.num_layers / pp
+    microbatches = max(1, _int(args, "--global-batch-size", b) // (b * a.data_parallel_size))
+    in_flight = min(pp, microbatches)
+    if a.recompute_granularity == "full":
+        activations = stage_layers * in_flight * 2 * tokens * h / tp + layer
+    else:
+        activations = stage_layers * in_flight * layer
     if pp == 1:
-        activations += s * b * vocab_size * (2 + 4) / tp
-    return Estimate(params_total, dense_per_gpu + expert_per_gpu, weights / GIB, optimizer / GIB, activations / GIB)
+        norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
+        loss = 10 if args.get("--cross-entropy-loss-fusion") else 6
+        activations += tokens * (norm + 2 * h) / tp + tokens * loss * a.padded_vocab_size / tp
+    temporaries = 4 * (largest / a.data_parallel_size if a.use_distributed_optimizer else largest)
+    return Estimate(total, per_gpu, weights_and_grads / GIB, (weights_and_optimizer - weights_and_grads) / GIB,
+                    activations / GIB, temporaries / GIB,
+                    None if upstream_activations is None else upstream_activations / GIB, source)

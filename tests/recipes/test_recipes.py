@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
@@ -8,7 +9,7 @@ from click.testing import CliRunner
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, InvalidInput
 from rocmpatch.recipes.catalog import find, load, names, to_argv
-from rocmpatch.recipes.memory import estimate
+from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_model
 
 RECIPES = names()
 
@@ -17,17 +18,55 @@ def test_the_four_recipes_are_there():
     assert RECIPES == ["llama3-70b", "llama3-8b", "mixtral-8x7b", "small-radeon"]
 
 
+@pytest.fixture(scope="module")
+def upstream_memory():
+    """Upstream's megatron/training/theoretical_memory_usage.py of core_v0.19.0: the wheel's bytes."""
+    from tests.megatron_wheel import megatron_core_files
+
+    return load_upstream_model(megatron_core_files("core_v0.19.0")[UPSTREAM_MODEL], UPSTREAM_MODEL)
+
+
 @pytest.mark.parametrize("name", RECIPES)
-def test_each_recipe_loads_has_8gpu_and_2node_layouts_and_fits_its_gpu(name):
+def test_each_recipe_loads_has_8gpu_and_2node_layouts_and_fits_its_gpu(name, upstream_memory):
     recipe = find(name)
     assert recipe.release == "core_v0.19.0"
     shapes = {(l.nodes, l.gpus_per_node) for l in recipe.layouts}
     assert {(1, 8), (2, 8)} <= shapes
     for layout in recipe.layouts:
         assert layout.tokens_per_second is None  # nothing measured yet
-        total_gb = recipe.estimate(layout).total_gib * (1 << 30) / 1e9
+        est = recipe.estimate(layout, upstream_memory)
+        assert est.source == f"upstream {UPSTREAM_MODEL}"
+        total_gb = est.total_gib * (1 << 30) / 1e9
         assert total_gb <= 0.9 * layout.gpu_memory_gb, (layout.name, total_gb)
         assert "--transformer-impl" in recipe.args  # no Transformer Engine
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_upstream_counts_weights_and_optimizer_as_rocmpatch_does(name, upstream_memory):
+    """Upstream's model is the authority for weights, gradients and Adam states; rocmpatch's own count
+    (used without a tree or cache) agrees with it to 1%, and says where it came from."""
+    recipe = find(name)
+    for layout in recipe.layouts:
+        theirs, ours = recipe.estimate(layout, upstream_memory), recipe.estimate(layout)
+        assert ours.source.startswith("rocmpatch's own count")
+        assert abs(theirs.optimizer_gib - ours.optimizer_gib) <= 0.01 * theirs.optimizer_gib + 0.05, (layout.name, theirs, ours)
+        assert theirs.upstream_activations_gib is not None and ours.upstream_activations_gib is None
+
+
+def test_the_torch_path_adds_to_upstreams_activations(upstream_memory):
+    """llama3-8b on 8 GPUs: SwiGLU's gated fc1 output, the norms' inputs, SDPA's q/k/v/output and the
+    compiled cross entropy's fp32 tensors are more than upstream's TE formula counts."""
+    recipe = find("llama3-8b")
+    est = recipe.estimate(recipe.layout_for(8, 1), upstream_memory)
+    assert est.activations_gib > 1.2 * est.upstream_activations_gib  # 96.9 vs 75.7 GiB
+    # the old foreach Adam's shard-sized temporary is gone; clipping's largest temporary remains
+    assert est.temporaries_gib < 1.0 and est.total_gib == pytest.approx(
+        est.weights_and_grads_gib + est.optimizer_gib + est.activations_gib)
+
+
+def test_cpu_estimate_adds_the_composite_rms_norm():
+    args = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 32, "--normalization": "RMSNorm"}
+    assert estimate(args, 1000, 1, device="cpu").activations_gib > estimate(args, 1000, 1).activations_gib
 
 
 def test_parameter_counts_match_the_models():
@@ -187,3 +226,23 @@ def test_launch_refuses_a_missing_layout_or_target(tmp_path):
     fake_tree(tmp_path)
     result = invoke("launch", "llama3-70b", "-t", str(tmp_path), "--gpus-per-node", "3", "--mock-data", "--dry-run")
     assert result.exit_code == ExitCode.USAGE and "no layout for 3 GPU(s) per node" in result.output
+
+
+def test_upstream_model_is_read_from_the_target_tree(tmp_path):
+    from tests.megatron_wheel import megatron_core_files
+
+    from rocmpatch.recipes.memory import upstream_model
+
+    assert upstream_model("core_v0.19.0", tmp_path) is None  # no such file: rocmpatch counts, and says so
+    path = tmp_path / UPSTREAM_MODEL
+    path.parent.mkdir(parents=True)
+    path.write_bytes(megatron_core_files("core_v0.19.0")[UPSTREAM_MODEL])
+    module = upstream_model("core_v0.19.0", tmp_path)
+    assert callable(module.compute_weight_and_optimizer_memory) and "torch" not in vars(module)
+
+
+def test_show_says_where_weights_and_optimizer_were_counted():
+    shown = invoke("show", "llama3-8b").stdout  # the tests' cache is empty: no upstream model
+    assert "weights and optimizer states: rocmpatch's own count (no megatron/training/theoretical_memory_usage.py" in shown.replace("\n", " ")
+    doc = json.loads(invoke("show", "llama3-8b", "--json").stdout)
+    assert doc["layouts"][0]["memory_estimate"]["weights_and_optimizer_from"].startswith("rocmpatch's own count")

@@ -1,0 +1,134 @@
+"""What the training benchmarks share: the Llama shapes and flags they train, and one run of upstream's
+pretrain_gpt.py under bench/pretrain_probe.py. Needs only the standard library here (torch and the
+tree's requirements in the child); the estimate comes from rocmpatch/recipes/memory.py, which imports
+nothing beyond the standard library either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = Path(__file__).resolve().parent / "pretrain_probe.py"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The llama3-8b recipe's flags as `rocmpatch recipe launch` runs them (rocmpatch/recipes/llama3-8b.yaml:
+# tests/bench/test_training_runs.py keeps the two equal), without the data, schedule and layout.
+FAST_FLAGS = (
+    "--position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu "
+    "--disable-bias-linear --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 "
+    "--init-method-std 0.02 --transformer-impl local --cross-entropy-loss-fusion --cross-entropy-fusion-impl native "
+    "--no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm "
+    "--no-create-attention-mask-in-dataloader --bf16 --use-distributed-optimizer --overlap-grad-reduce "
+    "--overlap-param-gather"
+).split()
+# The recipes' flags before the fast path (every fusion off, the dataloader's mask, no param-gather overlap).
+OLD_FLAGS = (
+    "--position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu "
+    "--disable-bias-linear --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 "
+    "--init-method-std 0.02 --transformer-impl local --no-rope-fusion --no-gradient-accumulation-fusion "
+    "--no-masked-softmax-fusion --no-bias-swiglu-fusion --no-persist-layer-norm --bf16 --use-distributed-optimizer "
+    "--overlap-grad-reduce"
+).split()
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    groups: int
+    seq: int
+    vocab: int
+    micro_batch: int
+    global_batch: int
+
+    def args(self) -> list[str]:
+        return ["--num-layers", str(self.layers), "--hidden-size", str(self.hidden), "--ffn-hidden-size", str(self.ffn),
+                "--num-attention-heads", str(self.heads), "--group-query-attention", "--num-query-groups", str(self.groups),
+                "--seq-length", str(self.seq), "--max-position-embeddings", str(self.seq),
+                "--micro-batch-size", str(self.micro_batch), "--global-batch-size", str(self.global_batch),
+                "--vocab-size", str(self.vocab), "--make-vocab-size-divisible-by", "128"]
+
+    def recipe_args(self, flags: list[str]) -> dict:
+        """The run's flags as a recipe's args mapping (for rocmpatch/recipes/memory.py)."""
+        argv, out, i = [*self.args(), *flags], {}, 0
+        while i < len(argv):
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value = argv[i + 1]
+                out[argv[i]] = int(value) if value.isdigit() else value
+                i += 2
+            else:
+                out[argv[i]] = True
+                i += 1
+        return out
+
+
+# llama3-8b's shape (hidden 4096, SwiGLU 14336, 32 heads / 8 groups, vocab 128256, seq 8192) with fewer
+# layers, for one GPU; and a tiny shape of the same proportions for the CPU.
+LLAMA3_8B = Shape("llama3-8b shape", 4, 4096, 14336, 32, 8, 8192, 128256, 1, 8)
+TINY = Shape("tiny llama", 2, 64, 176, 4, 2, 128, 512, 2, 4)
+
+
+def run_schedule(iters: int) -> list[str]:
+    return ["--train-iters", str(iters), "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine",
+            "--lr-warmup-iters", "1", "--weight-decay", "0.1", "--adam-beta2", "0.95", "--clip-grad", "1.0",
+            "--mock-data", "--tokenizer-type", "NullTokenizer", "--split", "99,1,0",
+            "--log-interval", "1", "--eval-iters", "0", "--eval-interval", "100000", "--seed", "1234"]
+
+
+@dataclass
+class Run:
+    """One pretrain_gpt.py run's probe (rank 0) and how it went."""
+
+    ok: bool
+    seconds: float
+    probe: dict = field(default_factory=dict)
+    log: str = ""
+
+    def step_seconds(self, warmup: int) -> list[float]:
+        return self.probe.get("step_seconds", [])[warmup:]
+
+
+def pretrain(tree: Path, argv: list[str], workdir: Path, *, device: str, memory: bool = False,
+             profile_step: int = 0, timeout: float = 600, env: dict | None = None) -> Run:
+    """torchrun --nproc-per-node 1 pretrain_gpt.py ARGV under the probe; CPU runs add --distributed-backend gloo."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "probe"
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_"))}
+    child_env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no pool of compile workers per run
+    child_env.update(ROCMPATCH_PROBE=str(out), ROCMPATCH_PROBE_PROFILE_STEP=str(profile_step),
+                     ROCMPATCH_PROBE_MEMORY="1" if memory else "0", PYTHONPATH=str(tree), **(env or {}))
+    if device == "cpu":
+        child_env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
+        argv = ["--distributed-backend", "gloo", *argv]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", str(PROBE),
+               str(tree / "pretrain_gpt.py"), *argv]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, cwd=tree, env=child_env, capture_output=True, text=True, timeout=timeout, check=False)
+        log, ok = proc.stdout + proc.stderr, proc.returncode == 0
+    except subprocess.TimeoutExpired as expired:
+        log, ok = f"{expired.stdout or ''}{expired.stderr or ''}\nstopped after {timeout:g}s", False
+    (workdir / "pretrain_gpt.log").write_text(log if isinstance(log, str) else log.decode(errors="replace"))
+    result = Path(f"{out}.0.json")
+    probe = json.loads(result.read_text()) if result.is_file() else {}
+    return Run(ok and bool(probe.get("step_seconds")), time.perf_counter() - start, probe, str(workdir / "pretrain_gpt.log"))
+
+
+def estimate_for(shape: Shape, flags: list[str], tree: Path, device: str):
+    """rocmpatch's estimate (rocmpatch/recipes/memory.py) of this run's memory per GPU, with
+    upstream's model read from the tree."""
+    from rocmpatch.recipes.memory import estimate, upstream_model
+
+    return estimate(shape.recipe_args(flags), shape.vocab, 1, upstream=upstream_model("core_v0.19.0", tree),
+                    device="cpu" if device == "cpu" else "gpu")
