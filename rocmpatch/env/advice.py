@@ -15,6 +15,7 @@ from rocmpatch.env.network import Network, read_network
 # Instinct GPUs AMD's Primus launcher tunes for (MI300X, MI325X: gfx942; MI350X, MI355X: gfx950).
 MI300_CLASS = ("gfx942", "gfx950")
 RADEON_PREFIXES = ("gfx110", "gfx120")
+AOTRITON_EXPERIMENTAL = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 ARCH_NAMES = {
     "gfx942": "Instinct MI300X / MI325X (CDNA 3)",
     "gfx950": "Instinct MI350X / MI355X (CDNA 4)",
@@ -128,8 +129,18 @@ def _gpu_part(machine: Machine, b: _Builder) -> None:
                     "PyTorch gives its RCCL streams high priority, so collectives overlapping GEMMs are not starved",
                     f"{PRIMUS}; PyTorch ProcessGroupNCCL", "multi-gpu" if many else "multi-node")
         b.recommend("CUDA_DEVICE_MAX_CONNECTIONS", "1",
-                    "HIP ignores it, but Megatron-LM core_v0.19.0 validate_args asserts it is 1 with tensor or context parallelism",
-                    f"upstream megatron/training/arguments.py; {PRIMUS}")
+                    "HIP ignores it; only for a Megatron-LM tree without rocmpatch's series, whose validate_args asserts it "
+                    "is 1 with tensor or context parallelism because ROCm GPUs report an arch major of 9 "
+                    "(the series' cuda-device-max-connections patch limits that rule to CUDA builds)",
+                    f"upstream megatron/training/arguments.py; rocmpatch core_v0.19.0 0009; {PRIMUS}")
+        radeon = [a for a in archs if a.startswith(RADEON_PREFIXES)]
+        if radeon:
+            b.recommend(AOTRITON_EXPERIMENTAL, "1",
+                        f"PyTorch marks AOTriton's flash and memory-efficient attention kernels experimental on "
+                        f"{', '.join(radeon)} (RDNA 3/4) and skips them unless this is 1: scaled_dot_product_attention "
+                        "then falls back to its math path without an error, materializing the [b, heads, s, s] scores "
+                        "(several GiB per layer at sequence 2048) and running several times slower",
+                        "PyTorch aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (check_flash_attention_hardware_support)")
         for arch in archs:
             if arch.startswith(RADEON_PREFIXES):
                 b.notice("gpus", f"{arch} ({ARCH_NAMES.get(arch, 'Radeon')}): a workstation GPU; use the small recipe, one node, no RDMA")

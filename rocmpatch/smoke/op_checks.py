@@ -307,6 +307,82 @@ def _run_core_attention(torch, variant: str, device, dtype):
             ("backward value", v.grad, ref_dv)]
 
 
+# Attention shapes of the recipes per GPU (rocmpatch/recipes/*.yaml: query heads / TP, key-value
+# groups / TP, head dim, sequence): tests/smoke/test_attention_kernels.py keeps this list complete.
+RECIPE_ATTENTION_SHAPES = (
+    ("llama3-8b", 32, 8, 128, 8192),
+    ("mixtral-8x7b", 32, 8, 128, 4096),
+    ("llama3-70b at TP 8", 8, 1, 128, 8192),
+    ("small-radeon", 16, 4, 64, 2048),
+)
+ROCM_EXPERIMENTAL_ATTENTION = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+
+
+def _no_fused_kernel(torch, exc: BaseException, caught, device, shape: str) -> str:
+    """Why SDPA found neither flash nor memory-efficient kernel, and what to set."""
+    import os
+
+    reasons = [str(w.message).splitlines()[0] for w in caught
+               if "attention" in str(w.message).lower() and "kernel not used because" not in str(w.message)]
+    detail = f"SDPA has no flash or memory-efficient kernel for {shape}: " + ("; ".join(dict.fromkeys(reasons)) or str(exc).splitlines()[0])
+    arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "") if device.type == "cuda" else ""
+    if torch.version.hip and not os.environ.get(ROCM_EXPERIMENTAL_ATTENTION):
+        detail += (f". On {arch or 'this GPU'} AOTriton's attention kernels may be experimental: export "
+                   f"{ROCM_EXPERIMENTAL_ATTENTION}=1 (rocmpatch env says which GPUs need it)")
+    return detail + "; without a fused kernel training falls back to the math path, which materializes the [b, heads, s, s] scores"
+
+
+def _run_attention_kernels(torch, shape, variant: str, device, dtype):
+    """The patched DotProductAttention at a recipe's attention shape, allowed only the flash and
+    memory-efficient SDPA kernels (torch.nn.attention.sdpa_kernel): a fall to the math path fails
+    here with PyTorch's reason. causal: is_causal with grouped heads (the flash kernels);
+    documents: a --reset-attention-mask document mask (the memory-efficient kernel). The output's
+    first 256 queries are compared with fp32 math (they see only the first 256 keys)."""
+    import warnings
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    label, heads, groups, head_dim, seq = shape
+    if device.type == "cpu":
+        seq = 256  # the same code on the CPU's flash kernel, at a size a CPU computes in seconds
+    config = _config(torch, hidden_size=heads * head_dim, num_attention_heads=heads, num_query_groups=groups,
+                     kv_channels=head_dim, attention_dropout=0.0, bf16=dtype == torch.bfloat16,
+                     fp16=dtype == torch.float16, params_dtype=dtype)
+    layer = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self").to(device)
+    generator = torch.Generator().manual_seed(5)
+
+    def tensor(*size):
+        return torch.randn(*size, generator=generator).to(device=device, dtype=dtype).requires_grad_()
+
+    q, k, v = tensor(seq, 1, heads, head_dim), tensor(seq, 1, groups, head_dim), tensor(seq, 1, groups, head_dim)
+    mask = None
+    if variant == "documents":  # two documents: the second's queries do not see the first's keys
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(1)
+        mask[seq // 2:, :seq // 2] = True
+        mask = mask.view(1, 1, seq, seq)
+    where = f"{label} ({heads} heads / {groups} groups x {head_dim}, sequence {seq}, {variant})"
+    with warnings.catch_warnings(record=True) as caught, sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        warnings.simplefilter("always")
+        try:
+            out = layer(q, k, v, attention_mask=mask)
+            out.float().sum().backward()
+        except RuntimeError as exc:
+            if "No available kernel" not in str(exc):
+                raise
+            raise OutOfTolerance(_no_fused_kernel(torch, exc, caught, device, where)) from None
+    n = min(256, seq)
+    ref_mask = None if mask is None else mask[..., :n, :n]
+    ref, *_ = _attention_reference(torch, q[:n], k[:n], v[:n], heads // groups, head_dim ** -0.5, mask is None, ref_mask,
+                                   torch.zeros(n, 1, heads * head_dim, device=device))
+    grads_finite = all(bool(t.grad.isfinite().all()) for t in (q, k, v))
+    if not grads_finite:
+        raise OutOfTolerance(f"{where}: non-finite gradients")
+    return [("forward (first 256 queries)", out[:n], ref)]
+
+
 @dataclass
 class Check:
     name: str
@@ -372,6 +448,10 @@ REGISTRY: dict[str, tuple[Check, ...]] = {
                              for kind in ("LayerNorm", "RMSNorm")),
     "core-attention": tuple(Check(f"core attention {variant}", CORE_ATTENTION, lambda t, d, x, v=variant: _run_core_attention(t, v, d, x))
                             for variant in ("causal", "padding")),
+    "core-attention-kernels": tuple(
+        Check(f"attention kernels {shape[0]} {variant}", CORE_ATTENTION,
+              lambda t, d, x, s=shape, v=variant: _run_attention_kernels(t, s, v, d, x), dtypes=("bfloat16",))
+        for shape in RECIPE_ATTENTION_SHAPES for variant in ("causal", "documents")),
 }
 
 

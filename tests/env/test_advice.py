@@ -27,6 +27,9 @@ def test_mi300x_node_gets_amd_tuning_and_its_real_network(tmp_path):
     assert recs["GPU_MAX_HW_QUEUES"].value == "2"
     assert recs["TORCH_NCCL_HIGH_PRIORITY"].value == "1" and recs["TORCH_NCCL_HIGH_PRIORITY"].scope == "multi-gpu"
     assert recs["CUDA_DEVICE_MAX_CONNECTIONS"].value == "1"
+    # the patched tree does not assert it on ROCm (0009): the reason says so instead of the old assert
+    assert "HIP ignores it" in recs["CUDA_DEVICE_MAX_CONNECTIONS"].why and "without rocmpatch's series" in recs["CUDA_DEVICE_MAX_CONNECTIONS"].why
+    assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in recs  # MI300X: AOTriton's kernels are supported
     assert recs["NCCL_SOCKET_IFNAME"].value == "ens50f0np0" == recs["GLOO_SOCKET_IFNAME"].value
     assert recs["NCCL_IB_HCA"].value == ",".join(f"rdma{i}:1" for i in range(8))
     assert recs["NCCL_IB_GID_INDEX"].value == "3"
@@ -49,6 +52,11 @@ def test_other_amd_archs_get_only_the_generic_rocm_advice(tmp_path, arch):
     assert recs["TORCH_NCCL_HIGH_PRIORITY"].scope == "multi-node"  # one GPU
     if arch.startswith("gfx1"):
         assert any("workstation GPU" in n.message for n in advice.notices)
+        # AOTriton's attention kernels are opt-in there: without it SDPA falls to the math path quietly
+        assert recs["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"].value == "1"
+        assert arch in recs["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"].why and "math path" in recs["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"].why
+    else:
+        assert "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in recs
 
 
 def test_cuda_hopper_and_blackwell(tmp_path):

@@ -28,6 +28,10 @@ def test_patched_tree_passes_every_listed_op_check(tree019):
     passed = {c["check"] for c in ops.extra["cases"] if c["status"] == "passed"}
     assert {"core torch LayerNorm", "core torch RMSNorm", "core attention causal", "core attention padding",
             "core optimizer Adam step", "core grad-norm clipping"} <= passed
+    # the recipes' attention shapes with only the flash and memory-efficient kernels allowed (on the
+    # CPU: its flash kernel, sequence 256)
+    kernels = {c["check"] for c in ops.extra["cases"] if c["check"].startswith("attention kernels ")}
+    assert len(kernels) == 8 and kernels <= passed, ops.extra["cases"]
 
 
 def test_tree_without_torch_norm_sp_fails_naming_file_and_patch(tree019, tmp_path):
