@@ -1,0 +1,71 @@
+"""bench/train_throughput.py, the one training benchmark: its flags are the recipe's, and on the CPU (the
+tiny shape) it trains both paths and writes its JSON. The CPU run needs upstream's pretrain_gpt.py (the
+full tree of the mirror, ROCMPATCH_TEST_UPSTREAM); the GPU run is documented in docs/validation.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmpatch.recipes.catalog import find
+from tests.recipes.test_recipe_trains import SCALED_AWAY
+from tests.series.core_v0_19_0.test_training import tree019  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from training_runs import FAST_FLAGS, LLAMA3_8B, Shape  # noqa: E402
+
+
+# Set by Shape.args() (--group-query-attention) or by run_schedule() (the rest).
+SCHEDULE = ("--group-query-attention", "--lr-decay-style", "--weight-decay", "--adam-beta2", "--clip-grad", "--recompute-granularity",
+            "--recompute-method", "--recompute-num-layers")
+
+
+def as_dict(argv: list[str]) -> dict[str, str | None]:
+    out, i = {}, 0
+    while i < len(argv):
+        value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+        out[argv[i]] = value
+        i += 2 if value is not None else 1
+    return out
+
+
+def test_fast_flags_are_the_llama3_8b_recipes():
+    """The benchmark trains what `rocmpatch recipe launch llama3-8b` runs (its schedule, layout and
+    data aside); train_throughput.py --help and the JSON name these flags."""
+    recipe = find("llama3-8b")
+    wanted = {flag: value for flag, value in recipe.merged_args(recipe.layouts[1]).items()
+              if flag not in SCALED_AWAY and flag not in SCHEDULE}
+    fast = as_dict(FAST_FLAGS)
+    assert {k: (None if v is None else float(v) if v.replace(".", "").replace("e-", "").isdigit() else v) for k, v in fast.items()} == {
+        k: (None if v is True else float(v) if isinstance(v, (int, float)) else v) for k, v in wanted.items()}
+
+
+def test_the_gpu_shape_is_the_recipes_with_fewer_layers():
+    args = find("llama3-8b").args
+    assert (LLAMA3_8B.hidden, LLAMA3_8B.ffn, LLAMA3_8B.heads, LLAMA3_8B.groups, LLAMA3_8B.seq) == (
+        args["--hidden-size"], args["--ffn-hidden-size"], args["--num-attention-heads"], args["--num-query-groups"],
+        args["--seq-length"])
+    assert LLAMA3_8B.vocab == find("llama3-8b").vocab_size and LLAMA3_8B.layers < args["--num-layers"]
+
+
+@pytest.mark.upstream
+def test_cpu_run_writes_both_paths(tree019, tmp_path):  # noqa: F811 (the full tree, from test_training)
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--target", str(tree019),
+                           "--device", "cpu", "--steps", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1500, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    fast, explicit = report["paths"]["fast"], report["paths"]["explicit"]
+    assert fast["ok"] and explicit["ok"] and report["device"] == "cpu"
+    assert fast["tokens_per_second"] > 0 and fast["tflops_per_gpu"] > 0 and fast["mfu"] is None  # no peak for a CPU
+    assert all(json.loads(s)["is_causal"] and json.loads(s)["enable_gqa"] for s in fast["sdpa_calls"])
+    assert explicit["sdpa_calls"] == {}
+    assert any("flash_attention" in name for name in fast["attention_kernels"])  # the CPU's flash kernel
+    assert fast["optimizers"] == [{"class": "AdamW", "fused": True, "foreach": None}]
+    assert "fast / explicit tokens/s" in proc.stdout
