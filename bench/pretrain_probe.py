@@ -5,6 +5,7 @@ memory_estimate.py). Standalone: needs only torch and the Megatron tree, no rocm
 
 Each rank writes OUT.<rank>.json at exit:
 - step_seconds: the wall time of every train_step (the device synchronized before and after);
+  step_cpu_seconds: the process's CPU time in each (all threads; steadier than wall time on a busy CPU);
 - flops_per_step: upstream's own count for one global batch (training.num_floating_point_operations);
 - sdpa: {signature: count} of torch.nn.functional.scaled_dot_product_attention calls (is_causal,
   attn_mask shape, enable_gqa, query/key heads);
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 ATTENTION_WORDS = ("attention", "attn", "fmha", "flash", "sdpa", "softmax")
-RESULT: dict = {"step_seconds": [], "sdpa": {}, "attention_ops": {}, "optimizers": [], "flops_per_step": None,
+RESULT: dict = {"step_seconds": [], "step_cpu_seconds": [], "sdpa": {}, "attention_ops": {}, "optimizers": [], "flops_per_step": None,
                 "peak_bytes": None, "peak_how": None, "device": None}
 
 
@@ -89,12 +90,13 @@ def _wrap_train_step(profile_step: int) -> None:
             profiler = torch.profiler.profile(activities=activities)
             profiler.__enter__()
         _synchronize()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             return real(*args, **kwargs)
         finally:
             _synchronize()
             RESULT["step_seconds"].append(time.perf_counter() - start)
+            RESULT["step_cpu_seconds"].append(time.process_time() - cpu_start)
             if profiler is not None:
                 profiler.__exit__(None, None, None)
                 RESULT["attention_ops"] = _attention_names(profiler)
