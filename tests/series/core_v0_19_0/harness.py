@@ -12,6 +12,7 @@ Parent side (pytest; fixtures in conftest.py):
   fresh process through the runner every release shares (tests/series/child.py) and returns its JSON
   dict. The child refuses this release's NVIDIA-only modules (NVIDIA_ONLY, triton included) as
   absent, before anything is imported, even where installed, so no result depends on this machine.
+- run_ranks(module, groups, tree, workdirs): run_child as every rank of one gloo job.
 
 Megatron code never runs in the pytest process: a fresh process per run keeps pristine and patched
 trees apart in sys.modules and keeps a hard crash out of pytest.
@@ -19,6 +20,8 @@ trees apart in sys.modules and keeps a hard crash out of pytest.
 
 from __future__ import annotations
 
+import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 RELEASE = "core_v0.19.0"
@@ -98,3 +101,18 @@ def run_child(module: str, groups: str, tree: Path, workdir: Path, *, timeout: i
     from tests.series.child import run_checks
 
     return run_checks(f"core_v0_19_0.{module}", groups, tree, workdir, timeout, env=env, block=NVIDIA_ONLY)
+
+
+def run_ranks(module: str, groups: str, tree: Path, workdirs: list[Path], *, timeout: int = 600) -> list[dict]:
+    """run_child as every rank of one gloo job (RANK, WORLD_SIZE, MASTER_ADDR/PORT set for each
+    child; one workdir per rank): each rank's JSON dict, in rank order."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    size = len(workdirs)
+    with ThreadPoolExecutor(size) as pool:
+        runs = [pool.submit(run_child, module, groups, tree, workdir, timeout=timeout,
+                            env={"RANK": str(rank), "WORLD_SIZE": str(size), "MASTER_ADDR": "127.0.0.1",
+                                 "MASTER_PORT": port})
+                for rank, workdir in enumerate(workdirs)]
+        return [run.result() for run in runs]

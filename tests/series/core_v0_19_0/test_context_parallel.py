@@ -1,0 +1,108 @@
+"""core_v0.19.0, patches cp-attention and cp-rope-cpu: context parallelism without Transformer Engine.
+
+CI: the patched megatron/ of the megatron-core wheel (conftest.tree019), two gloo ranks on the CPU
+(harness.run_ranks, cp_checks.py). The attention over the two ranks' zigzag chunks equals fp64
+attention over the whole sequence, one Llama-shaped layer with context parallel 2 has the
+gradients of the same layer over the whole sequence, unsupported settings are refused in one line
+naming the flag, and the GPU kernels' calls are checked on meta tensors.
+
+Full tree (ROCMPATCH_TEST_UPSTREAM): test_context_parallel_training.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.series.core_v0_19_0 import harness
+
+pytest.importorskip("torch")
+
+FP32 = 1e-5  # max |difference| in fp32 for values and gradients of order 1
+GROUPS = "attention,layer,refusals,gpu_ops"
+
+
+@pytest.fixture(scope="module")
+def ranks(tree019, tmp_path_factory) -> list[dict]:
+    workdirs = [tmp_path_factory.mktemp(f"cp-rank{rank}") for rank in range(2)]
+    return harness.run_ranks("cp_checks", GROUPS, tree019, workdirs, timeout=400)
+
+
+def test_attention_over_two_ranks_equals_whole_sequence(ranks):
+    """Both --cp-comm-type (and upstream's spelling allgather), causal and unmasked, the CPU's
+    flash kernel (fused) and plain torch (math): output and every input gradient in fp32."""
+    for result in ranks:
+        names = [case["case"] for case in result["attention"]["cases"]]
+        assert len(names) == 12, names
+        for case in result["attention"]["cases"]:
+            assert case["out"] < FP32 and max(case["grads"]) < FP32, (result["attention"]["rank"], case)
+            fused = case["case"].endswith("fused")
+            assert case["kinds"] == (["cpu_flash"] if fused else ["math"]), case
+
+
+def test_ring_blocks_balance_the_causal_work(ranks):
+    """p2p, causal, sequence 16 over 2 ranks (chunks of 4): step 0 is the local 8x8 causal block;
+    at step 1 rank 0 (chunks 0 and 3) sees rank 1's chunks 1 and 2, which only its chunk 3 attends
+    to (4 rows x 8 keys), and rank 1 sees chunk 0 (8 rows x 4 keys): the same work on both.
+    all_gather: the two local 4x4 diagonal blocks, then each chunk over the keys before it."""
+    blocks = [{c["case"]: c["blocks"] for c in r["attention"]["cases"]} for r in ranks]
+    assert blocks[0]["p2p causal fused"] == [[8, 8, True], [4, 8, False]]
+    assert blocks[1]["p2p causal fused"] == [[8, 8, True], [8, 4, False]]
+    assert blocks[0]["p2p no mask fused"] == [[8, 8, False], [8, 8, False]]
+    assert blocks[0]["all_gather causal fused"] == [[4, 4, True], [4, 4, True], [4, 12, False]]
+    assert blocks[1]["all_gather causal fused"] == [[4, 4, True], [4, 4, True], [4, 4, False], [4, 8, False]]
+
+
+def test_one_layer_gradients_equal_the_whole_sequence(ranks):
+    """A TransformerLayer (RMSNorm, SwiGLU, 4 query heads over 2 key/value groups, RoPE sliced by
+    get_pos_emb_on_this_cp_rank) with context parallel 2 against the same weights over the whole
+    sequence: output, input gradient and each parameter's gradient summed over the ranks."""
+    for result in ranks:
+        layer = result["layer"]
+        assert layer["cp_used"] == "p2p"
+        assert layer["out"] < FP32 * max(1.0, layer["out_scale"]), layer
+        assert layer["input_grad"] < FP32, layer
+        assert len(layer["param_grads"]) >= 6, layer  # qkv, proj, fc1, fc2 and the two norms
+        worst = max(layer["param_grads"].values())
+        assert worst < FP32 * max(1.0, layer["param_grad_scale"]), layer
+
+
+def test_unsupported_settings_are_refused_in_one_line_naming_the_flag(ranks):
+    refused = ranks[0]["refusals"]["refused"]
+    expected = {
+        "a2a": "--cp-comm-type a2a: ",
+        "a2a+p2p": "--cp-comm-type a2a+p2p: ",
+        "window": "--window-size: ",
+        "softmax offset": "--softmax-type off-by-one: ",
+        "attention dropout": "--attention-dropout 0.1: ",
+        "padding mask": "--context-parallel-size 2: ",
+        "cross attention": "--context-parallel-size 2: ",
+    }
+    for name, start in expected.items():
+        message = refused[name]
+        assert message is not None and message.startswith(start) and "\n" not in message, (name, message)
+    assert "pass --attention-dropout 0" in refused["attention dropout"]
+
+
+def test_comm_types_and_kernels_accepted(ranks):
+    accepted = ranks[0]["refusals"]["accepted"]
+    assert accepted["p2p"] == accepted["None"] == ["p2p", "fused"]
+    assert accepted["all_gather"] == accepted["allgather"] == ["all_gather", "fused"]
+    assert accepted["unfused"] == "math" and accepted["deterministic"] == "math"
+
+
+def test_dataloader_causal_mask_accepted_document_mask_refused(ranks):
+    for result in ranks:
+        refusals = result["refusals"]
+        assert refusals["causal_mask_err"] == 0.0, refusals
+        assert refusals["document_error"].startswith("--context-parallel-size 2: "), refusals
+        assert "--reset-attention-mask" in refusals["document_error"]
+
+
+def test_gpu_kernel_calls_on_meta_tensors(ranks):
+    """What a GPU runs, argument for argument: the flash kernel with grouped heads as they are and
+    repeated, the memory-efficient kernel (its log-sum-exp padded to 32 rows, cut to 24); the
+    gradients come back shaped like the block's query (4 heads) and key/value (2 groups)."""
+    ops = ranks[0]["gpu_ops"]
+    for name in ("flash gqa", "flash repeated", "efficient repeated"):
+        assert ops[name] == {"out": [2, 4, 24, 8], "lse": [2, 4, 24],
+                             "grads": [[2, 4, 24, 8], [2, 2, 48, 8], [2, 2, 48, 8]]}, (name, ops[name])
