@@ -22,9 +22,8 @@ PATCHED_GROUPS = "imports,args,norm,config,distopt"
 TE_LINE = "WARNING: Transformer Engine is not installed: using --transformer-impl local (pass --transformer-impl local to silence this)."
 TE_ERROR = ("RuntimeError: --transformer-impl transformer_engine needs Transformer Engine, which cannot be imported: "
             "drop --transformer-impl transformer_engine (the local implementation is used without it) or install Transformer Engine.")
-# flag that silences it -> what the line turns off
+# flag that silences it -> what the line turns off (RoPE fusion stays on: 0031 gives it a torch form)
 FUSION_FLAGS = {
-    "--no-rope-fusion": "apply_rope_fusion",
     "--no-gradient-accumulation-fusion": "gradient_accumulation_fusion",
     "--no-masked-softmax-fusion": "masked_softmax_fusion",
     "--no-persist-layer-norm": "persist_layer_norm",
@@ -100,7 +99,7 @@ def test_default_flags_fall_back_to_local_in_one_line_each(patched):
     for flag, dest in FUSION_FLAGS.items():
         [line] = [line for line in fusion_lines if f"(pass {flag} to silence this)." in line]
         assert f"turning {dest} off" in line
-    assert not case["apply_rope_fusion"] and not case["gradient_accumulation_fusion"]
+    assert case["apply_rope_fusion"] and not case["gradient_accumulation_fusion"]
     assert not case["masked_softmax_fusion"] and case["no_persist_layer_norm"]
 
 
@@ -207,6 +206,7 @@ def test_upstream_pretrain_gpt_with_default_flags(full019, child_dir):
     assert default["warnings"].count(TE_LINE) == 1
     for flag in FUSION_FLAGS:
         assert sum(f"(pass {flag} to silence this)." in line for line in default["warnings"]) == 1
+    assert not any("--no-rope-fusion" in line for line in default["warnings"])
 
 
 def test_requirements_declare_psutil_pybind11_and_python_3_10(full019):
