@@ -101,7 +101,9 @@ def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, d
                    timeout=1500 if device == "cpu" else 600)
     result: dict = {"flags": flags, "log": run.log, "ok": run.ok, "wall_seconds": round(run.seconds, 1)}
     if not run.ok:
-        result["error"] = f"pretrain_gpt.py failed or trained no step: see {run.log}"
+        # The log lives in a scratch directory that is gone when the report is read: keep its end.
+        result["error"] = "pretrain_gpt.py failed or trained no step"
+        result["log_tail"] = _tail(Path(run.log))
         return result
     timed = run.step_seconds(WARMUP) or run.step_seconds(0)
     step = statistics.median(timed)
@@ -126,8 +128,11 @@ def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, d
 
 def combine(runs: list[dict]) -> dict:
     """One path's result over rounds: the first round's, with the median step time over rounds."""
+    failed = [r for r in runs if not r.get("ok")]
+    if failed:  # one failed round fails the path: a median over the rounds that worked would hide it
+        return dict(failed[0])
     first = dict(runs[0])
-    if len(runs) > 1 and all(r.get("ok") for r in runs):
+    if len(runs) > 1:
         step = statistics.median(r["step_seconds"] for r in runs)
         scale = first["step_seconds"] / step
         first.update(step_seconds=step, step_seconds_per_round=[r["step_seconds"] for r in runs],
@@ -193,6 +198,13 @@ def main() -> int:
     return 1 if failed or smoke_failed else 0
 
 
+def _tail(log: Path, lines: int = 25) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        return [f"(no log: {exc.strerror})"]
+
+
 def print_summary(report: dict) -> None:
     gpu = report["gpu"]
     where = f"{gpu.get('name')} ({gpu.get('arch')})" if report["device"] == "cuda" else f"CPU (torch {gpu['torch']})"
@@ -200,7 +212,8 @@ def print_summary(report: dict) -> None:
     print(f"{'path':<9} {'step s':>8} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>9} {'est GiB':>8}  attention kernels")
     for name, p in report["paths"].items():
         if not p.get("ok"):
-            print(f"{name:<9} failed: {p.get('error')}")
+            print(f"{name:<9} failed: {p.get('error')}; the end of its log:")
+            print("\n".join(f"    {line}" for line in p.get("log_tail", [])))
             continue
         mfu = f"{p['mfu']:.1%}" if p.get("mfu") else "-"
         peak = f"{p['peak_memory_gib']:.2f}" if p.get("peak_memory_gib") else "-"

@@ -69,3 +69,19 @@ def test_cpu_run_writes_both_paths(tree019, tmp_path):  # noqa: F811 (the full t
     assert any("flash_attention" in name for name in fast["attention_kernels"])  # the CPU's flash kernel
     assert fast["optimizers"] == [{"class": "AdamW", "fused": True, "foreach": None}]
     assert "fast / explicit tokens/s" in proc.stdout
+
+
+def test_a_failed_round_fails_the_path_and_keeps_the_end_of_its_log(tmp_path):
+    """The scratch directory with the logs is gone when the report is read: a failure carries the log's
+    last lines, and a failed round is never hidden by a median over the rounds that worked."""
+    import train_throughput
+
+    log = tmp_path / "pretrain_gpt.log"
+    log.write_text("".join(f"line {i}\n" for i in range(40)) + "fatal error: pybind11/pybind11.h: No such file\n")
+    assert train_throughput._tail(log)[-1] == "fatal error: pybind11/pybind11.h: No such file"
+    assert len(train_throughput._tail(log)) == 25
+    assert train_throughput._tail(tmp_path / "missing.log")[0].startswith("(no log: ")
+    worked = {"ok": True, "step_seconds": 1.0, "step_cpu_seconds": 1.0, "tokens_per_second": 10.0, "tflops_per_gpu": 1.0, "mfu": None}
+    failed = {"ok": False, "error": "pretrain_gpt.py failed or trained no step", "log_tail": ["boom"]}
+    assert train_throughput.combine([worked, failed, worked])["log_tail"] == ["boom"]
+    assert train_throughput.combine([worked, dict(worked, step_seconds=3.0)])["step_seconds"] == 2.0
