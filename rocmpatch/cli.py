@@ -87,6 +87,11 @@ def release_option(command: Callable) -> Callable:
                         help="The release (a folder in patchsets/, e.g. core_v0.19.0). Default: an existing target's own release, else the newest in upstream.lock.")(command)
 
 
+def overlay_option(command: Callable) -> Callable:
+    return click.option("--overlay", envvar="ROCMPATCH_OVERLAY", show_envvar=True, metavar="DIR", type=PATH,
+                        help="A framework's own series on top of the release's: DIR holds series.yaml, patch files and overlay.lock (docs/frameworks.md).")(command)
+
+
 def json_option(command: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout (format in docs/commands.md).")(command)
 
@@ -154,62 +159,67 @@ def fetch(upstream_url, series_dir, release) -> None:
 @upstream_url_option
 @series_dir_option
 @release_option
+@overlay_option
 @click.option("--dry-run", is_flag=True, help="Check that the series applies and say what would change; change nothing.")
-def apply(target, upstream_url, series_dir, release, dry_run) -> None:
+def apply(target, upstream_url, series_dir, release, overlay, dry_run) -> None:
     """Make TARGET the pinned commit plus the whole series: create it, or apply what is missing."""
     from rocmpatch.commands.apply import run
 
-    _run(run, target=target, upstream_url=upstream_url, series_dir=series_dir, release=release, dry_run=dry_run)
+    _run(run, target=target, upstream_url=upstream_url, series_dir=series_dir, release=release, overlay=overlay, dry_run=dry_run)
 
 
 @app.command()
 @target_option
 @series_dir_option
 @release_option
+@overlay_option
 @json_option
 @upstream_url_option
 @click.option("--strict", is_flag=True, help="Also fail on ignored files Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__ or files hidden by .git/info/exclude.")
-def verify(target, series_dir, release, as_json, upstream_url, strict) -> None:
+def verify(target, series_dir, release, overlay, as_json, upstream_url, strict) -> None:
     """Exit 0 only if TARGET is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, as_json=as_json, upstream_url=upstream_url, strict=strict)
+    _run(run, target=target, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json, upstream_url=upstream_url, strict=strict)
 
 
 @app.command()
 @target_option
 @series_dir_option
 @release_option
+@overlay_option
 @json_option
-def status(target, series_dir, release, as_json) -> None:
+def status(target, series_dir, release, overlay, as_json) -> None:
     """Show each patch of the series as applied, not applied or conflicting, with its files."""
     from rocmpatch.commands.status import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, as_json=as_json)
+    _run(run, target=target, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json)
 
 
 @app.command()
 @target_option
 @series_dir_option
 @release_option
+@overlay_option
 @click.option("--force", is_flag=True, help="Save uncommitted edits as a patch file (path printed), then unapply.")
-def unapply(target, series_dir, release, force) -> None:
+def unapply(target, series_dir, release, overlay, force) -> None:
     """Take TARGET back to the pristine pinned commit."""
     from rocmpatch.commands.unapply import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, force=force)
+    _run(run, target=target, series_dir=series_dir, release=release, overlay=overlay, force=force)
 
 
 @app.command()
 @upstream_url_option
 @series_dir_option
 @release_option
+@overlay_option
 @json_option
-def check(upstream_url, series_dir, release, as_json) -> None:
-    """Apply each release's series (or --release's) to its pinned commit in memory and report each patch."""
+def check(upstream_url, series_dir, release, overlay, as_json) -> None:
+    """Apply each release's series (or --release's, or the overlay's release and the overlay) to its pinned commit in memory and report each patch."""
     from rocmpatch.commands.check import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, as_json=as_json)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json)
 
 
 @app.command()
@@ -220,26 +230,28 @@ def check(upstream_url, series_dir, release, as_json) -> None:
 @click.option("--url", help="Re-pin: the upstream URL to record.")
 @click.option("--ref", help="Re-pin: the tag or branch name to record.")
 @click.option("--commit", help="Re-pin: the full 40-hex commit id.")
-def lock(check, upstream_url, series_dir, release, url, ref, commit) -> None:
-    """Regenerate upstream.lock (every release, or --release's entry) from series.yaml, the patch files and the pinned upstream."""
+@overlay_option
+def lock(check, upstream_url, series_dir, release, url, ref, commit, overlay) -> None:
+    """Regenerate upstream.lock (every release, or --release's entry) from series.yaml, the patch files and the pinned upstream; with --overlay, only DIR/overlay.lock."""
     from rocmpatch.commands.lock import run
 
-    _run(run, check=check, upstream_url=upstream_url, series_dir=series_dir, release=release, url=url, ref=ref, commit=commit)
+    _run(run, check=check, upstream_url=upstream_url, series_dir=series_dir, release=release, url=url, ref=ref, commit=commit, overlay=overlay)
 
 
 @app.command()
 @upstream_url_option
 @series_dir_option
 @release_option
+@overlay_option
 @click.option("--ref", help="Walk from the pin to this upstream branch, tag or commit [default: main].")
 @click.option("--range", "span", metavar="A..B", help="Walk from A to B instead of from the pin to --ref.")
 @json_option
 @click.option("--markdown", type=PATH, metavar="FILE", help="Also write the report as a Markdown table to FILE.")
-def drift(upstream_url, series_dir, release, ref, span, as_json, markdown) -> None:
+def drift(upstream_url, series_dir, release, overlay, ref, span, as_json, markdown) -> None:
     """Name, per patch, the first upstream commit after the pin that breaks it (exit 1 if any breaks at the tip)."""
     from rocmpatch.commands.drift import run
 
-    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, ref=ref, span=span, as_json=as_json, markdown=markdown)
+    _run(run, upstream_url=upstream_url, series_dir=series_dir, release=release, overlay=overlay, ref=ref, span=span, as_json=as_json, markdown=markdown)
 
 
 @app.command()
@@ -250,11 +262,12 @@ def drift(upstream_url, series_dir, release, ref, span, as_json, markdown) -> No
 @upstream_url_option
 @series_dir_option
 @release_option
-def rebase(onto, resume, abort, into, upstream_url, series_dir, release) -> None:
-    """Carry a release's series to a newer upstream with a 3-way merge per patch; rewrite it, or start a new release with --into."""
+@overlay_option
+def rebase(onto, resume, abort, into, upstream_url, series_dir, release, overlay) -> None:
+    """Carry a release's series (and an overlay's) to a newer upstream with a 3-way merge per patch; rewrite it, or start a new release with --into."""
     from rocmpatch.commands.rebase import run
 
-    _run(run, onto=onto, resume=resume, abort=abort, into=into, upstream_url=upstream_url, series_dir=series_dir, release=release)
+    _run(run, onto=onto, resume=resume, abort=abort, into=into, upstream_url=upstream_url, series_dir=series_dir, release=release, overlay=overlay)
 
 
 @app.command()

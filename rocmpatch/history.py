@@ -6,6 +6,10 @@ description, and two trailers
     Rocmpatch-Patch: <name>
     Rocmpatch-Patch-Sha256: <sha256 of the patch file>
 
+An overlay's patch (a framework's own, applied after the release's series) carries
+`Rocmpatch-Overlay-Patch` and `Rocmpatch-Overlay-Patch-Sha256` instead, so the two layers stay
+apart in the history (and an older rocmpatch takes an overlay's commits for a user's own).
+
 Author and committer are a fixed identity dated at the pin's commit date, so the same series on
 the same pin gives the same commit ids on every machine; which is why the store can keep the
 applied series once per (pin, series) and hand it to every new target (see series_key).
@@ -20,11 +24,14 @@ from typing import Iterable, Sequence
 
 from rocmpatch import gitcmd, trees
 from rocmpatch.errors import TargetRefused
-from rocmpatch.series import LoadedPatch
+from rocmpatch.series import OVERLAY, RELEASE, LoadedPatch, LoadedSeries
 from rocmpatch.trees import Amended
 
 NAME_TRAILER = "Rocmpatch-Patch"
 SHA_TRAILER = "Rocmpatch-Patch-Sha256"
+OVERLAY_NAME_TRAILER = "Rocmpatch-Overlay-Patch"
+OVERLAY_SHA_TRAILER = "Rocmpatch-Overlay-Patch-Sha256"
+TRAILERS = {RELEASE: (NAME_TRAILER, SHA_TRAILER), OVERLAY: (OVERLAY_NAME_TRAILER, OVERLAY_SHA_TRAILER)}
 IDENTITY_NAME = "rocmpatch"
 IDENTITY_EMAIL = "rocmpatch@invalid"
 
@@ -34,6 +41,19 @@ class AppliedPatch:
     name: str
     sha256: str
     commit: str
+    layer: str = RELEASE  # which trailers the commit carries
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.layer, self.name, self.sha256
+
+
+def _carried(trailers: dict[str, str]) -> tuple[str, str, str] | None:
+    """(layer, name, sha256) of the patch a commit's trailers name, or None: not a rocmpatch commit."""
+    for layer, (name_key, sha_key) in TRAILERS.items():
+        if name_key in trailers and sha_key in trailers:
+            return layer, trailers[name_key], trailers[sha_key]
+    return None
 
 
 MAX_USER_COMMITS = 200  # how far above the series we look for the user's own commits
@@ -63,9 +83,11 @@ def read(repo: gitcmd.Repo, pin: str | None = None) -> History:
         commit = gitcmd.commit_links(repo, user_commits[-1])[1][0]
     while commit is not None:
         trailers, parents = gitcmd.commit_links(repo, commit)
-        if NAME_TRAILER not in trailers or SHA_TRAILER not in trailers:
+        carried = _carried(trailers)
+        if carried is None:
             break
-        applied.append(AppliedPatch(trailers[NAME_TRAILER], trailers[SHA_TRAILER], commit))
+        layer, name, sha256 = carried
+        applied.append(AppliedPatch(name, sha256, commit, layer))
         commit = parents[0] if len(parents) == 1 else None
     return History(head, commit, tuple(reversed(applied)), tuple(user_commits))
 
@@ -77,7 +99,7 @@ def _user_commits(repo: gitcmd.Repo, head: str | None, pin: str) -> list[str]:
     commit = head
     while commit is not None and commit != pin and len(found) < MAX_USER_COMMITS:
         trailers, parents = gitcmd.commit_links(repo, commit)
-        if NAME_TRAILER in trailers and SHA_TRAILER in trailers:
+        if _carried(trailers) is not None:
             return found
         found.append(commit)
         commit = parents[0] if len(parents) == 1 else None
@@ -93,7 +115,10 @@ def series_key(patches: Iterable[LoadedPatch], pin: str) -> str:
     digest = hashlib.sha256(f"rocmpatch series commits {COMMIT_FORMAT}\n{pin}\n".encode())
     for loaded in patches:
         entry = loaded.entry
-        digest.update(json.dumps([entry.name, loaded.sha256, entry.summary, entry.description]).encode("utf-8") + b"\n")
+        fields = [entry.name, loaded.sha256, entry.summary, entry.description]
+        if loaded.layer != RELEASE:  # its commit carries other trailers (a release's key is as it was)
+            fields.append(loaded.layer)
+        digest.update(json.dumps(fields).encode("utf-8") + b"\n")
     return digest.hexdigest()
 
 
@@ -101,8 +126,39 @@ def commit_patch(repo: gitcmd.Repo, loaded: LoadedPatch, tree: str, parent: str,
     entry = loaded.entry
     message = f"{entry.name}: {entry.summary}\n\n{entry.description}\n"
     identity = gitcmd.Identity(IDENTITY_NAME, IDENTITY_EMAIL, gitcmd.commit_date(repo, pin))
-    trailers = [(NAME_TRAILER, entry.name), (SHA_TRAILER, loaded.sha256)]
+    name_key, sha_key = TRAILERS[loaded.layer]
+    trailers = [(name_key, entry.name), (sha_key, loaded.sha256)]
     return gitcmd.commit_tree(repo, tree, parent, message, identity, trailers)
+
+
+def refuse_other_patches(repo: gitcmd.Repo, state: History, loaded: LoadedSeries) -> None:
+    """TargetRefused when the target carries a patch that is not the stack's at its place: another
+    version of a release patch, or an overlay's patches while no (or another) overlay is given."""
+    _refuse_other(repo, state, loaded, layers=(RELEASE, OVERLAY))
+
+
+def refuse_unchecked_overlay(repo: gitcmd.Repo, state: History, loaded: LoadedSeries) -> None:
+    """TargetRefused when the target carries an overlay's commit that the stack given does not
+    hold at its place: it cannot be checked against its patch, so unapply would lose an edit
+    amended into it. (A release patch of another version is taken off as before.)"""
+    _refuse_other(repo, state, loaded, layers=(OVERLAY,))
+
+
+def _refuse_other(repo: gitcmd.Repo, state: History, loaded: LoadedSeries, *, layers: tuple[str, ...]) -> None:
+    directory = repo.working_tree_dir
+    for index, applied in enumerate(state.applied):
+        expected = loaded.patches[index] if index < len(loaded.patches) else None
+        if applied.layer not in layers or (expected is not None and expected.key == applied.key):
+            continue
+        if applied.layer == OVERLAY and loaded.overlay is None:
+            count = sum(a.layer == OVERLAY for a in state.applied)
+            raise TargetRefused(f"{directory}: carries {count} patch(es) of an overlay on top of the series ({applied.name!r} first); nothing was changed",
+                                hint="give that overlay with --overlay DIR (or ROCMPATCH_OVERLAY), so that rocmpatch can tell its commits from your edits")
+        what = "overlay patch" if applied.layer == OVERLAY else "patch"
+        raise TargetRefused(
+            f"{directory}: carries the {what} {applied.name!r} (sha256 {applied.sha256[:12]}…) that is not patch {index + 1} of {loaded.describe()}; nothing was changed",
+            hint="run 'rocmpatch unapply' (with the --overlay the target was made with) to go back to the pin, then apply again",
+        )
 
 
 def first_amended(repo: gitcmd.Repo, state: History, patches: Sequence[LoadedPatch], patched_tree: str | None = None) -> Amended | None:
@@ -113,12 +169,12 @@ def first_amended(repo: gitcmd.Repo, state: History, patches: Sequence[LoadedPat
     `patched_tree` (the lock's): a whole series whose last commit has exactly that tree holds
     nothing of the user's (nothing would be lost going back to the pin), so it is not searched."""
     if patched_tree and len(state.applied) == len(patches) and state.applied \
-            and [(a.name, a.sha256) for a in state.applied] == [(p.name, p.sha256) for p in patches] \
+            and [a.key for a in state.applied] == [p.key for p in patches] \
             and gitcmd.tree_of(repo, state.applied[-1].commit) == patched_tree:
         return None
     same = 0
     for applied, loaded in zip(state.applied, patches):
-        if (applied.name, applied.sha256) != (loaded.name, loaded.sha256):
+        if applied.key != loaded.key:
             break
         same += 1
     if not same or state.base is None:

@@ -178,7 +178,7 @@ def check_symlink_target(path: str, target: str, source: str) -> None:
         raise InvalidInput(source, f"the symlink {path!r} points to {target!r}, outside the tree", hint="a symlink a patch adds must point to a path inside the tree (relative, not into .git)")
 
 
-class Overlay:
+class ChangedFiles:
     """Files as `base` reads them with changes laid over them (None: deleted). The one way every
     caller (apply_patch within a patch, the series appliers, drift's evaluator) sees a tree that
     earlier changes have moved on."""
@@ -200,8 +200,8 @@ def apply_patch(patch: Patch, read: Reader) -> dict[str, bytes | None]:
     `read(path)` returns a file's bytes, or None when the file does not exist. Later files in
     the same patch see the results of earlier ones. Raises PatchConflict on the first mismatch.
     """
-    overlay = Overlay(read)
-    changes, current = overlay.changes, overlay.read
+    files = ChangedFiles(read)
+    changes, current = files.changes, files.read
     for file_patch in patch.files:
         old = current(file_patch.old_path) if file_patch.old_path else None
         if (file_patch.old_path is None or file_patch.copy) and file_patch.new_path and current(file_patch.new_path) is not None:

@@ -5,6 +5,9 @@
   (the base below the rocmpatch commits, or an ancestor of HEAD when the user committed on top),
   so apply, verify, status, unapply and smoke never need the flag, and a flag that disagrees with
   the target is refused;
+- an overlay (`--overlay DIR`) names the release its overlay.lock was written for: that release,
+  unless --release or the target says otherwise (refused: the overlay's patches were locked on
+  that release's tree; `rocmpatch lock --overlay DIR --release NAME` moves it);
 - otherwise (a new target, check, fetch, drift, ...) the newest release in upstream.lock, and the
   command says so.
 A release is data (a folder and a lock entry); nothing here knows any release by name.
@@ -21,14 +24,14 @@ from rocmpatch.series import Location, Patchsets, find_patchsets
 
 RELEASE_VARIABLE = "ROCMPATCH_RELEASE"
 
-ASKED, DETECTED, NEWEST, ONLY = "asked", "detected", "newest", "only"
+ASKED, DETECTED, NEWEST, ONLY, OVERLAY = "asked", "detected", "newest", "only", "overlay"
 
 
 @dataclass(frozen=True)
 class Choice:
     location: Location
-    how: str  # asked | detected | newest | only
-    detail: str = ""  # for detected: what in the target said so
+    how: str  # asked | detected | newest | only | overlay
+    detail: str = ""  # for detected and overlay: what said so
 
     @property
     def release(self) -> str:
@@ -38,27 +41,40 @@ class Choice:
         """One line for stderr, or '' when the user named the release."""
         if self.how == NEWEST:
             return f"release {self.release}: the newest in {self.location.lock_path.name} (--release NAME to choose another)"
-        if self.how == DETECTED:
+        if self.how in (DETECTED, OVERLAY):
             return f"release {self.release}: {self.detail}"
         return ""
 
 
-def choose(series_dir: Path | None, requested: str | None, *, target: Path | None = None) -> Choice:
-    """The release to use, given --series-dir, --release and (for commands on a checkout) the target."""
+def choose(series_dir: Path | None, requested: str | None, *, target: Path | None = None,
+           overlay: tuple[str, Path] | None = None) -> Choice:
+    """The release to use, given --series-dir, --release, (for commands on a checkout) the target,
+    and an overlay's locked release (release, its overlay.lock)."""
     patchsets, named_by_dir = find_patchsets(series_dir)
     requested = _asked(requested, named_by_dir)
     available = patchsets.releases()
     if requested is not None and requested not in available:
         raise UsageError(f"no release {requested!r} in {patchsets.root}", hint=_listing(available))
+    how, detail = ASKED, ""
+    if overlay is not None:
+        release, lock_path = overlay
+        if requested is not None and requested != release:
+            raise UsageError(f"{lock_path} is locked for release {release}, not {requested}",
+                             hint=f"drop --release (the overlay's release is used), or move the overlay: 'rocmpatch lock --overlay {lock_path.parent} --release {requested}'")
+        if release not in available:
+            raise UsageError(f"{lock_path} is locked for release {release}, which is not in {patchsets.root}",
+                             hint=f"{_listing(available)}; move the overlay with 'rocmpatch lock --overlay {lock_path.parent} --release NAME' (or rebase it)")
+        if requested is None:
+            requested, how, detail = release, OVERLAY, f"the release {lock_path} is locked for"
     detected = detect(patchsets, target) if target is not None else None
     if detected is not None:
-        release, detail = detected
+        release, target_detail = detected
         if requested is not None and requested != release:
-            raise UsageError(f"{detail}, so it is release {release}, not {requested}",
-                             hint="drop --release (the target's release is used), or give another --target")
-        return Choice(patchsets.location(release), ASKED if requested else DETECTED, detail)
+            drop = "the overlay is for another release" if how == OVERLAY else "drop --release (the target's release is used)"
+            raise UsageError(f"{target_detail}, so it is release {release}, not {requested}", hint=f"{drop}, or give another --target")
+        return Choice(patchsets.location(release), how if requested else DETECTED, detail if how == OVERLAY else target_detail)
     if requested is not None:
-        return Choice(patchsets.location(requested), ASKED)
+        return Choice(patchsets.location(requested), how, detail)
     return _default(patchsets, available)
 
 

@@ -21,6 +21,10 @@ PLATFORMS = ("cpu", "rocm", "cuda")
 LOCK_FILE = "upstream.lock"
 LOCK_VERSION = 2
 LOCK_HEADER = "# Written by `rocmpatch lock` from patchsets/<release>/series.yaml; do not edit by hand.\n"
+OVERLAY_LOCK_FILE = "overlay.lock"  # beside an overlay's series.yaml
+OVERLAY_LOCK_VERSION = 1
+OVERLAY_LOCK_HEADER = ("# Written by `rocmpatch lock --overlay DIR` from this folder's series.yaml and patch files;\n"
+                       "# do not edit by hand. The overlay's patches apply on top of the release's whole series.\n")
 
 # libyaml's composer is ~10x faster than the pure-Python one (it keeps line marks), and every
 # command reads series.yaml; fall back where PyYAML was built without it.
@@ -202,21 +206,27 @@ def _load_release(path: Path, node: _Node, key: str) -> Lock:
                 f"expected a full 40-hex {'commit' if field == 'commit' else 'tree'} id, got {up[field]!r}",
                 hint="a ref or branch name belongs in upstream.ref; run 'rocmpatch lock'",
             )
+    patches = _locked_patches(path, entry, f"{key}.patches")
+    tree = entry.get("patched_tree")
+    if tree is None or not isinstance(tree.value, str) or not _HEX40.fullmatch(tree.value):
+        raise InvalidInput(_where(path, entry.line_of("patched_tree"), f"{key}.patched_tree"), "expected the 40-hex tree id of the patched tree")
+    return Lock(Upstream(**up), patches, tree.value)
+
+
+def _locked_patches(path: Path, entry: _Node, key: str) -> tuple[LockedPatch, ...]:
+    """A lock's `patches:` list of {name, file, sha256}, in series order."""
     patches_node = entry.get("patches")
     if patches_node is None or not isinstance(patches_node.value, list):
-        raise InvalidInput(_where(path, entry.line_of("patches"), f"{key}.patches"), "expected a list of {name, file, sha256}")
+        raise InvalidInput(_where(path, entry.line_of("patches"), key), "expected a list of {name, file, sha256}")
     patch_fields = {"name": "the patch name", "file": "the patch file", "sha256": "the file's sha256"}
     patches = []
     for index, item in enumerate(patches_node.value):
-        item_key = f"{key}.patches[{index}]"
+        item_key = f"{key}[{index}]"
         fields = _mapping(path, item, item_key, patch_fields)
         values = {f: _string(path, fields, f, f"{item_key}.{f}", d) for f, d in patch_fields.items()}
         _match(path, fields, "sha256", item_key, _HEX64, values["sha256"])
         patches.append(LockedPatch(values["name"], values["file"], values["sha256"]))
-    tree = entry.get("patched_tree")
-    if tree is None or not isinstance(tree.value, str) or not _HEX40.fullmatch(tree.value):
-        raise InvalidInput(_where(path, entry.line_of("patched_tree"), f"{key}.patched_tree"), "expected the 40-hex tree id of the patched tree")
-    return Lock(Upstream(**up), tuple(patches), tree.value)
+    return tuple(patches)
 
 
 @dataclass(frozen=True)
@@ -233,6 +243,53 @@ class Validation:
 class ReleaseInfo:
     validated: tuple[Validation, ...]
     smoke: dict[str, Any]  # the smoke profile, as plain data: rocmpatch.smoke.profile reads it
+
+
+@dataclass(frozen=True)
+class OverlayLock:
+    """An overlay's lock (DIR/overlay.lock): which release's patched tree its patches apply to, the
+    sha256 of each patch file, and the tree after the release's series plus the overlay."""
+
+    release: str
+    release_tree: str  # the release's patched_tree when this lock was written
+    patches: tuple[LockedPatch, ...]
+    patched_tree: str
+
+    def to_yaml(self) -> str:
+        data = {
+            "version": OVERLAY_LOCK_VERSION,
+            "release": self.release,
+            "release_tree": self.release_tree,
+            "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256} for p in self.patches],
+            "patched_tree": self.patched_tree,
+        }
+        return OVERLAY_LOCK_HEADER + yaml.safe_dump(data, sort_keys=False)
+
+
+_OVERLAY_LOCK_FIELDS = {
+    "version": f"the overlay lock format version ({OVERLAY_LOCK_VERSION})",
+    "release": "the release (a folder in patchsets/) the overlay applies on top of",
+    "release_tree": "the 40-hex tree id of that release's patched tree",
+    "patches": "the sha256 of each overlay patch",
+    "patched_tree": "the 40-hex tree id after the release's series plus the overlay",
+}
+
+
+def load_overlay_lock(path: Path) -> OverlayLock:
+    root = _load_mapping(path, _OVERLAY_LOCK_FIELDS)
+    version = root.get("version")
+    if version is None or version.value != str(OVERLAY_LOCK_VERSION):
+        raise InvalidInput(_where(path, root.line_of("version"), "version"), f"expected version: {OVERLAY_LOCK_VERSION}",
+                           hint="regenerate it with 'rocmpatch lock --overlay DIR'")
+    values = {f: _string(path, root, f, f, _OVERLAY_LOCK_FIELDS[f]) for f in ("release", "release_tree", "patched_tree")}
+    if not _RELEASE.fullmatch(values["release"]):
+        raise InvalidInput(_where(path, root.line_of("release"), "release"), f"{values['release']!r} is not a valid release name (a folder name in patchsets/, such as core_v0.19.0)")
+    for field in ("release_tree", "patched_tree"):
+        if not _HEX40.fullmatch(values[field]):
+            raise InvalidInput(_where(path, root.line_of(field), field), f"expected a full 40-hex tree id, got {values[field]!r}",
+                               hint="regenerate it with 'rocmpatch lock --overlay DIR'")
+    patches = _locked_patches(path, root, "patches")
+    return OverlayLock(values["release"], values["release_tree"], patches, values["patched_tree"])
 
 
 _VALIDATION_FIELDS = {"platform": f"one of {', '.join(PLATFORMS)}", "date": "YYYY-MM-DD", "hardware": "the machine: CPU model or GPU and count",

@@ -1,7 +1,9 @@
 """The series applied to git trees in memory: one tree id per patch, no working tree involved.
 
 apply, check, lock and verify all start here, so a series that does not apply fails before any
-target is touched.
+target is touched. A stack (a release's series with a framework's overlay on top) goes through the
+same applier in one pass: the overlay's patches see the tree the release's series left, symlinks
+it added included.
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import InvalidInput, RocmpatchError
-from rocmpatch.patching import Overlay, apply_patch
-from rocmpatch.series import LoadedPatch
+from rocmpatch.errors import InvalidInput, PatchConflict, RocmpatchError
+from rocmpatch.patching import ChangedFiles, apply_patch
+from rocmpatch.series import OVERLAY, LoadedPatch, LoadedSeries
 
 
 @dataclass(frozen=True)
@@ -27,23 +29,30 @@ class SeriesApplier:
     def __init__(self, repo: gitcmd.Repo, base_tree: str) -> None:
         self.repo, self.base_tree = repo, base_tree
         self.reader = gitcmd.TreeReader(repo, base_tree)
-        self.overlay = Overlay(self.reader.read)
-        self.changes = self.overlay.changes  # everything since base_tree
+        self.files = ChangedFiles(self.reader.read)
+        self.changes = self.files.changes  # everything since base_tree
         self.modes: dict[str, int] = {}
         self._tree, self._unwritten = base_tree, {}  # the last tree written, and changes since
         self._pin_links: dict[str, str] | None = None  # the base tree's symlinks: path -> target
 
     def read(self, path: str) -> bytes | None:
-        return self.overlay.read(path)
+        return self.files.read(path)
 
     def apply(self, loaded: LoadedPatch) -> None:
         """Apply one more patch; on PatchConflict / InvalidInput nothing of it is kept."""
         refuse_symlinks(self.reader, loaded)
         self._refuse_new_symlinks(loaded)
-        changes = apply_patch(loaded.patch, self.read)
+        try:
+            changes = apply_patch(loaded.patch, self.read)
+        except PatchConflict as conflict:
+            if loaded.layer != OVERLAY:
+                raise
+            raise PatchConflict(f"{conflict.patch} of the overlay ({loaded.path})", conflict.path, conflict.hunk, conflict.reason,
+                                hint=f"the overlay no longer applies on the release's series: fix that patch (or 'rocmpatch rebase --overlay {loaded.path.parent}'), "
+                                     f"then 'rocmpatch lock --overlay {loaded.path.parent}'") from None
         modes = new_file_modes(loaded)
         self._refuse_escaping_symlinks(loaded, changes, modes)
-        self.overlay.update(changes)
+        self.files.update(changes)
         self._unwritten.update(changes)
         self.modes.update(modes)
 
@@ -91,6 +100,24 @@ def patch_trees(repo: gitcmd.Repo, base_tree: str, patches: Iterable[LoadedPatch
         applier.apply(loaded)
         steps.append(Step(loaded, applier.tree()))
     return steps
+
+
+def lock_mismatches(loaded: LoadedSeries, steps: Sequence[Step]) -> list[str]:
+    """Where the trees `steps` reached (the stack applied on the pin, or its last part) differ from
+    what the locks record: the tree after the release's last patch against upstream.lock's
+    patched_tree, after the overlay's last patch against overlay.lock's; one line each."""
+    found = []
+    ends = {}
+    if loaded.release_patches:
+        ends[loaded.release_patches[-1].key] = (loaded.lock.patched_tree if loaded.lock else None, loaded.location.lock_path)
+    if loaded.overlay is not None and loaded.overlay.patches:
+        overlay_lock = loaded.overlay.lock
+        ends[loaded.overlay.patches[-1].key] = (overlay_lock.patched_tree if overlay_lock else None, loaded.overlay.lock_path)
+    for step in steps:
+        expected, lock_path = ends.get(step.patch.key, (None, None))
+        if expected is not None and step.tree != expected:
+            found.append(f"{lock_path}: patched_tree is {expected}, but the series gives {step.tree}")
+    return found
 
 
 def refuse_symlinks(reader: gitcmd.TreeReader, loaded: LoadedPatch) -> None:

@@ -79,6 +79,13 @@ DEFAULT_PATCHES: list[tuple[str, dict[str, str | None]]] = [
 ]
 
 
+# A framework's overlay on top of DEFAULT_PATCHES: changes a file the series changed, adds one.
+OVERLAY_PATCHES: list[tuple[str, dict[str, str | None]]] = [
+    ("framework-fix", {"pkg/b.py": replace_line(replace_line(MODULE_B, "return 5\n", "return 55\n"), "return 7\n", "return 77  # framework\n"),
+                       "pkg/framework.py": "FRAMEWORK = 1\n"}),
+]
+
+
 def patch_texts(upstream: Upstream, patches: list[tuple[str, dict[str, str | None]]]) -> list[tuple[str, bytes]]:
     """Each patch as `git diff --full-index` text against the state after the ones before it."""
     repo = gitcmd.open_repo(upstream.path)
@@ -110,7 +117,11 @@ def lock_of(location: series.Location) -> Lock:
 
 
 def write_series(root: Path, texts: list[tuple[str, bytes]], release: str = RELEASE) -> series.Location:
-    directory = root / "patchsets" / release
+    return location_of(write_series_dir(root / "patchsets" / release, texts))
+
+
+def write_series_dir(directory: Path, texts: list[tuple[str, bytes]]) -> Path:
+    """series.yaml and one patch file per text in `directory` (a release's folder, or an overlay)."""
     directory.mkdir(parents=True, exist_ok=True)
     entries = []
     for number, (name, text) in enumerate(texts, start=1):
@@ -118,7 +129,7 @@ def write_series(root: Path, texts: list[tuple[str, bytes]], release: str = RELE
         (directory / file).write_bytes(text)
         entries.append(series_entry(name, file))
     (directory / "series.yaml").write_text("# test series\n" + yaml.safe_dump({"series": entries}, sort_keys=False))
-    return location_of(directory)
+    return directory
 
 
 def make_series(root: Path, upstream: Upstream, patches=None) -> series.Location:
@@ -135,3 +146,17 @@ def write_lock(location: series.Location, pin: locking.Pin = locking.Pin()) -> N
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip()
+
+
+def make_overlay(directory: Path, upstream: Upstream, location: series.Location, patches=None) -> Path:
+    """An overlay folder (series.yaml, patch files, overlay.lock by the real lock code) on top of
+    DEFAULT_PATCHES, the series `location` holds."""
+    texts = patch_texts(upstream, DEFAULT_PATCHES + (OVERLAY_PATCHES if patches is None else patches))[len(DEFAULT_PATCHES):]
+    write_series_dir(directory, texts)
+    write_overlay_lock(directory, location)
+    return directory
+
+
+def write_overlay_lock(directory: Path, location: series.Location) -> None:
+    loaded = series.load(location, overlay=series.load_overlay(directory))
+    locking.write_overlay(loaded.overlay, locking.compute_overlay(loaded))

@@ -4,18 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rocmpatch import series
 from rocmpatch.console import note
 from rocmpatch.releases import choose
-from rocmpatch.series import Location
+from rocmpatch.series import LoadedOverlay, LoadedSeries, Location
 
 
-def selected(series_dir: Path | None, release: str | None, *, target: Path | None = None) -> Location:
+def selected(series_dir: Path | None, release: str | None, *, target: Path | None = None,
+             overlay: LoadedOverlay | None = None) -> Location:
     """The release this command works on; says which on stderr when the user did not name it."""
-    choice = choose(series_dir, release, target=target)
+    locked_for = (overlay.lock.release, overlay.lock_path) if overlay is not None and overlay.lock is not None else None
+    choice = choose(series_dir, release, target=target, overlay=locked_for)
     described = choice.describe()
     if described:
         note(described)
     return choice.location
+
+
+def load_selected(series_dir: Path | None, release: str | None, overlay_dir: Path | None, *, target: Path | None = None,
+                  require_lock: bool = True) -> LoadedSeries:
+    """The release this command works on, loaded, with the overlay (--overlay DIR) stacked on it."""
+    overlay = series.load_overlay(overlay_dir) if overlay_dir is not None else None
+    location = selected(series_dir, release, target=target, overlay=overlay)
+    return series.load(location, require_lock=require_lock, overlay=overlay)
 
 
 def recovered_line(recovered) -> str:

@@ -2,27 +2,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import series
 from rocmpatch.operations import applying
-from rocmpatch.commands import recovered_line, selected
+from rocmpatch.commands import load_selected, recovered_line
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
 
 
-def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_run: bool, release: str | None = None) -> ExitCode:
-    loaded = series.load(selected(series_dir, release, target=target))
+def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_run: bool, release: str | None = None,
+        overlay: Path | None = None) -> ExitCode:
+    loaded = load_selected(series_dir, release, overlay, target=target)
     result = applying.apply(loaded, target, url_override=upstream_url, dry_run=dry_run)
     if result.recovered:
         out.print(recovered_line(result.recovered), markup=False)
     verb = "would apply" if dry_run else "applied"
     if result.created and not dry_run:
         out.print(f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)
+    overlay_names = {p.name for p in loaded.overlay.patches} if loaded.overlay else set()
     for name in result.already:
-        out.print(f"  already applied  {name}", markup=False)
+        out.print(f"  already applied  {_label(name, overlay_names)}", markup=False)
     for name in result.applied:
-        out.print(f"  {verb:<15}  {name}", markup=False)
+        out.print(f"  {verb:<15}  {_label(name, overlay_names)}", markup=False)
     if not result.applied:
         out.print(f"{result.target}: the whole series is already applied; nothing to do", markup=False)
     elif not dry_run:
-        out.print(f"{result.target}: {len(result.applied)} patch(es) of {loaded.location.release} applied, HEAD {result.head}", markup=False)
+        out.print(f"{result.target}: {len(result.applied)} patch(es) of {loaded.describe()} applied, HEAD {result.head}", markup=False)
     return ExitCode.OK
+
+
+def _label(name: str, overlay_names: set[str]) -> str:
+    return f"{name} (overlay)" if name in overlay_names else name

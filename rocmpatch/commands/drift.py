@@ -4,20 +4,22 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rocmpatch import series, store
+from rocmpatch import store
 from rocmpatch.operations import drift
-from rocmpatch.commands import selected
+from rocmpatch.commands import load_selected
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError
 
 
-def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None, release: str | None = None) -> ExitCode:
-    loaded = series.load(selected(series_dir, release))
+def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None,
+        release: str | None = None, overlay: Path | None = None) -> ExitCode:
+    loaded = load_selected(series_dir, release, overlay)
     lock = loaded.locked()
     start, end = _endpoints(lock.upstream.commit, ref, span)
     url = store.upstream_url(lock.upstream, upstream_url)
     repo, commits = store.history_repo(url, [start, end])
-    report = drift.run_drift(repo, [p.patch for p in loaded.patches], commits[start], commits[end], to_ref=end)
+    report = drift.run_drift(repo, [p.patch for p in loaded.patches], commits[start], commits[end], to_ref=end,
+                             layers=[p.layer for p in loaded.patches])
     if markdown is not None:
         markdown.write_text(to_markdown(report), encoding="utf-8")
     if as_json:
@@ -68,13 +70,17 @@ def _where(item: drift.PatchDrift) -> str:
     return f"{place}: {item.reason}" if item.reason else place
 
 
+def _name(item: drift.PatchDrift) -> str:
+    return f"{item.name} (overlay)" if item.layer == "overlay" else item.name
+
+
 def _table(report: drift.DriftReport) -> Table:
     table = Table(title=f"drift of the series to {report.to_ref} ({report.to.id[:12]})", show_lines=False)
     for column in ("patch", f"at {report.to_ref}", "first bad commit", "last good commit", "what no longer applies"):
         table.add_column(column, overflow="fold")
     for item in report.patches:
         style = {drift.APPLIES: "green", drift.OBSOLETE: "yellow"}.get(item.state, "red")
-        table.add_row(item.name, f"[{style}]{item.state}[/]", _commit(item.first_bad), _commit(item.last_good), _where(item))
+        table.add_row(_name(item), f"[{style}]{item.state}[/]", _commit(item.first_bad), _commit(item.last_good), _where(item))
     return table
 
 
@@ -92,7 +98,7 @@ def to_markdown(report: drift.DriftReport) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for item in report.patches:
-        lines.append(f"| {cell(item.name)} | {item.state} | {cell(_commit(item.first_bad))} | {cell(_commit(item.last_good))} | {cell(_where(item))} |")
+        lines.append(f"| {cell(_name(item))} | {item.state} | {cell(_commit(item.first_bad))} | {cell(_commit(item.last_good))} | {cell(_where(item))} |")
     if report.release_commits:
         lines += ["", "Release-branch commits between the merge base and the pin that touch the series:", ""]
         lines += [f"- {cell(_commit(c))}" for c in report.release_commits]

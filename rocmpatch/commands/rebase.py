@@ -6,14 +6,14 @@ from rich.table import Table
 
 from rocmpatch import series, store
 from rocmpatch.operations import rebase
-from rocmpatch.commands import selected
+from rocmpatch.commands import load_selected
 from rocmpatch.console import err, out
 from rocmpatch.errors import ExitCode, TargetRefused, UsageError
 from rocmpatch.schema import is_release_name
 
 
 def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None,
-        release: str | None = None, into: str | None = None) -> ExitCode:
+        release: str | None = None, into: str | None = None, overlay: Path | None = None) -> ExitCode:
     if [bool(onto), resume, abort].count(True) != 1:
         raise UsageError("rocmpatch rebase: give exactly one of --onto REF, --continue or --abort")
     if into and not onto:
@@ -21,23 +21,25 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     patchsets, named = series.find_patchsets(series_dir)
     project = patchsets.lock_path.parent
     if onto:
-        location = selected(series_dir, release)
+        loaded = load_selected(series_dir, release, overlay)
+        location = loaded.location
         if into:
             _check_new_release(patchsets, into)
     else:
         location = patchsets.location(_stopped_release(project, patchsets, release or named))
     if abort:
         directory = rebase.abort(project, location.release)
-        out.print(f"rebase of {location.release} aborted: removed {directory}; the series and upstream.lock are as they were", markup=False)
+        out.print(f"rebase of {location.release} aborted: removed {directory}; the series, the overlay and their locks are as they were", markup=False)
         return ExitCode.OK
-    loaded = series.load(location)
     if resume:
+        loaded = series.load(location, overlay=_stopped_overlay(project, location.release, overlay))
         result = rebase.resume(project, location.release, list(loaded.patches))
     else:
         lock = loaded.locked()
         url = store.upstream_url(lock.upstream, upstream_url)
         repo, commits = store.history_repo(url, [lock.upstream.commit, onto])
-        result = rebase.start(project, location.release, repo, lock.upstream.commit, commits[onto], onto, list(loaded.patches), url=url, into=into)
+        result = rebase.start(project, location.release, repo, lock.upstream.commit, commits[onto], onto, list(loaded.patches), url=url, into=into,
+                              overlay=loaded.overlay.directory if loaded.overlay else None)
     out.print(_table(result.outcomes))
     if isinstance(result, rebase.Stopped):
         _explain(result, location.release)
@@ -46,7 +48,18 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     rebase.finish(project, location.release)
     out.print(f"{written.release}: the series now applies to {result.onto_ref} ({result.onto[:12]}); "
               f"patch files in {written.series_dir} and its entry in {written.lock_path.name} written", markup=False)
+    if loaded.overlay is not None:
+        out.print(f"the overlay {loaded.overlay.directory}: its patch files and overlay.lock written, on {written.release}", markup=False)
     return ExitCode.OK
+
+
+def _stopped_overlay(project: Path, release: str, given: Path | None) -> series.LoadedOverlay | None:
+    """The overlay the stopped rebase carries (it goes on with the same one; another is refused)."""
+    carried = rebase.stopped_overlay(project, release)
+    if given is not None and (carried is None or given.expanduser().absolute() != carried):
+        raise UsageError(f"the stopped rebase of {release} carries {'the overlay ' + str(carried) if carried else 'no overlay'}, not {given}",
+                         hint="go on with the overlay it started with (drop --overlay), or 'rocmpatch rebase --abort' and start again")
+    return series.load_overlay(carried) if carried is not None else None
 
 
 def _check_new_release(patchsets: series.Patchsets, into: str) -> None:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rocmpatch import gitcmd, series
+from rocmpatch import gitcmd
 from rocmpatch.operations import series_status
-from rocmpatch.commands import selected
+from rocmpatch.commands import load_selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode, TargetRefused
 
@@ -19,8 +19,8 @@ def _descends_from(target: Path, pin: str, head: str | None) -> bool:
     return gitcmd.has_object(repo, pin) and gitcmd.is_ancestor(repo, pin, head)
 
 
-def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | None = None) -> ExitCode:
-    loaded = series.load(selected(series_dir, release, target=target))
+def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | None = None, overlay: Path | None = None) -> ExitCode:
+    loaded = load_selected(series_dir, release, overlay, target=target)
     report = series_status.status(loaded, target)
     foreign = not report.at_pin and not _descends_from(target, report.pin, report.head)
     if as_json:
@@ -37,11 +37,14 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | 
                   "apply and unapply refuse until you save them ('unapply --force' or git format-patch) and reset to the series", markup=False)
     if report.interrupted:
         out.print(f"an interrupted 'rocmpatch {report.interrupted}' is pending: run 'rocmpatch apply' or 'rocmpatch unapply'", markup=False)
+    if report.foreign_overlay:
+        out.print(f"{len(report.foreign_overlay)} patch(es) of an overlay on top ({', '.join(report.foreign_overlay)}): "
+                  "give that overlay with --overlay DIR to see them", markup=False)
     if report.uncommitted:
         out.print(f"uncommitted changes: {', '.join(report.uncommitted)}", markup=False)
-    table = Table("#", "patch", "state", "files", title=f"{target}: release {loaded.location.release} (HEAD {report.head})", title_justify="left")
+    table = Table("#", "patch", "state", "files", title=f"{target}: release {loaded.describe()} (HEAD {report.head})", title_justify="left")
     for number, patch in enumerate(report.patches, start=1):
         detail = "\n".join(patch.files) + (f"\n{patch.reason}" if patch.reason else "")
-        table.add_row(str(number), patch.name, patch.state, detail)
+        table.add_row(str(number), f"{patch.name} (overlay)" if patch.layer == "overlay" else patch.name, patch.state, detail)
     out.print(table)
     return ExitCode.OK

@@ -2,15 +2,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import series
 from rocmpatch.operations import unapplying
-from rocmpatch.commands import recovered_line, selected
+from rocmpatch.commands import load_selected, recovered_line
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
 
 
-def run(*, target: Path, series_dir: Path | None, force: bool, release: str | None = None) -> ExitCode:
-    loaded = series.load(selected(series_dir, release, target=target), require_lock=True)
+def run(*, target: Path, series_dir: Path | None, force: bool, release: str | None = None, overlay: Path | None = None) -> ExitCode:
+    loaded = load_selected(series_dir, release, overlay, target=target)
     result = unapplying.unapply(loaded, target, force=force)
     if result.recovered:
         out.print(recovered_line(result.recovered), markup=False)

@@ -3,9 +3,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from rocmpatch import series
 from rocmpatch.operations import verifying
-from rocmpatch.commands import selected
+from rocmpatch.commands import load_selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 
@@ -17,8 +16,9 @@ IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a 
                 "verified source when its header matches): --strict counts them; remove them, or verify before running anything")
 
 
-def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None, strict: bool = False) -> ExitCode:
-    loaded = series.load(selected(series_dir, release, target=target))
+def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None,
+        strict: bool = False, overlay: Path | None = None) -> ExitCode:
+    loaded = load_selected(series_dir, release, overlay, target=target)
     report = verifying.verify(loaded, target, url_override=upstream_url, strict=strict)
     if as_json:
         emit_json(report.to_json())
@@ -42,7 +42,11 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: s
         if any(d.kind == verifying.IGNORED for d in report.differences):
             out.print(IGNORED_HINT, markup=False)
         if report.ok:
-            out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin of {loaded.location.release} plus its series", markup=False)
+            out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin of {loaded.location.release} plus {_stack(loaded)}", markup=False)
         else:
-            out.print(f"{target}: differs from the pin of {loaded.location.release} plus its series ({len(report.differences)} path(s))", markup=False)
+            out.print(f"{target}: differs from the pin of {loaded.location.release} plus {_stack(loaded)} ({len(report.differences)} path(s))", markup=False)
     return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+
+
+def _stack(loaded) -> str:
+    return f"its series and the overlay {loaded.overlay.directory}" if loaded.overlay else "its series"

@@ -1,4 +1,4 @@
-"""`rocmpatch apply`: bring a target to pin + series, atomically.
+"""`rocmpatch apply`: bring a target to pin + series (+ an overlay's series), atomically.
 
 All patched trees are computed in memory first; only when the whole series applied are commits
 created and the target moved (see moves.move). A new directory is built beside its final
@@ -22,7 +22,7 @@ from rocmpatch.errors import EnvironmentProblem, InvalidInput, TargetRefused, Up
 from rocmpatch.files import current_umask
 from rocmpatch.schema import Lock
 from rocmpatch.series import LOCK_HINT, LoadedPatch, LoadedSeries
-from rocmpatch.trees import Step, patch_trees
+from rocmpatch.trees import Step, lock_mismatches, patch_trees
 
 EDITS_HINT = "commit or stash your changes elsewhere, or run 'rocmpatch unapply --force' to save them as a patch file"
 
@@ -54,7 +54,7 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
             result.recovered = moves.recover(repo)
         _apply_existing(repo, loaded, lock, result)
         if not dry_run and (result.applied or result.recovered or not statcache.recorded(Path(repo.working_tree_dir))):
-            statcache.refresh(repo, lock.patched_tree)  # what verify will not need to read again
+            statcache.refresh(repo, loaded.patched_tree)  # what verify will not need to read again
         return result
 
 
@@ -69,7 +69,7 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
     result = ApplyResult(directory, created=True, dry_run=dry_run)
     if dry_run:
         with store.scratch_over(cache) as scratch:
-            steps = _planned_steps(scratch, loaded, lock, loaded.patches, lock.upstream.tree)
+            steps = _planned_steps(scratch, loaded, loaded.patches, lock.upstream.tree)
         result.applied = [s.patch.name for s in steps]
         return result
     moves.refuse_unwritable_names(directory, sorted({path for patch in loaded.patches for path in patch.patch.paths}))
@@ -86,7 +86,7 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
         else:
             repo = target.materialize(building, cache, lock.upstream.commit, lock.upstream.url)
             _apply_existing(repo, loaded, lock, result)
-        statcache.refresh(repo, lock.patched_tree, final_root=directory, check=lambda found: _check_new_target(repo, cache, lock, found))
+        statcache.refresh(repo, loaded.patched_tree, final_root=directory, check=lambda found: _check_new_target(repo, cache, loaded.patched_tree, found))
         repo.close()
         try:
             os.rename(building, directory)  # atomic; replaces an empty directory, fails on a non-empty one
@@ -99,12 +99,13 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
     return result
 
 
-def _check_new_target(repo: gitcmd.Repo, cache: gitcmd.Repo, lock: Lock, found) -> None:
+def _check_new_target(repo: gitcmd.Repo, cache: gitcmd.Repo, patched_tree: str, found) -> None:
     """Every object a new target got from the cache matches its id (git does not check this when
-    it checks a file out): the files written, hashed by rocmpatch, must make the lock's
-    patched_tree; every other object is hashed as git reads it. A cache copied from another
-    machine with one blob swapped is refused here, and the new target is never put in place."""
-    if found.tree == lock.patched_tree:
+    it checks a file out): the files written, hashed by rocmpatch, must make the locked
+    patched_tree (the overlay's, when one is stacked on the series); every other object is hashed
+    as git reads it. A cache copied from another machine with one blob swapped is refused here,
+    and the new target is never put in place."""
+    if found.tree == patched_tree:
         bad = gitcmd.objects_not_matching_ids(repo, skip=found.trees | {entry.sha for entry in found.entries.values()})
     else:
         bad = gitcmd.objects_not_matching_ids(repo)
@@ -114,8 +115,8 @@ def _check_new_target(repo: gitcmd.Repo, cache: gitcmd.Repo, lock: Lock, found) 
         raise UpstreamError(f"{entry}: the cache entry holds {len(bad)} object(s) whose content does not match their id "
                             f"(the {kind} {sha}, first); nothing was created",
                             hint=f"delete {entry} and run 'rocmpatch fetch' again (or copy the cache again from a machine whose entry is intact)")
-    if found.tree != lock.patched_tree:
-        expected = gitcmd.list_tree(repo, lock.patched_tree)
+    if found.tree != patched_tree:
+        expected = gitcmd.list_tree(repo, patched_tree)
         differing = sorted(path for path in expected.keys() | found.entries.keys() if expected.get(path) != found.entries.get(path))
         raise EnvironmentProblem(f"{repo.working_tree_dir}: git checked out {len(differing)} file(s) other than their blobs "
                                  f"({', '.join(differing[:3])}); nothing was created",
@@ -129,11 +130,11 @@ def _kept_series_head(cache: gitcmd.Repo, loaded: LoadedSeries, lock: Lock) -> s
 
     def commit_series(repo: gitcmd.Repo) -> str:
         head = pin
-        for step in _planned_steps(repo, loaded, lock, loaded.patches, lock.upstream.tree):
+        for step in _planned_steps(repo, loaded, loaded.patches, lock.upstream.tree):
             head = history.commit_patch(repo, step.patch, step.tree, head, pin)
         return head
 
-    head = store.series_head(cache, history.series_key(loaded.patches, pin), lock.patched_tree, commit_series)
+    head = store.series_head(cache, history.series_key(loaded.patches, pin), loaded.patched_tree, commit_series)
     if head is None:
         note(f"the cache entry {gitcmd.git_dir(cache)} is not writable: the series is applied in the new target instead (slower each time)")
     return head
@@ -184,15 +185,9 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
     if state.base != pin:
         where = f"commit {state.base}" if state.base else "no commit"
         raise TargetRefused(f"{repo.working_tree_dir}: is at {where}, not the pinned {lock.upstream.ref} ({pin}); nothing was changed", hint="apply into a new directory, or check out the pinned commit first")
-    for index, applied in enumerate(state.applied):
-        expected = loaded.patches[index] if index < len(loaded.patches) else None
-        if expected is None or (expected.name, expected.sha256) != (applied.name, applied.sha256):
-            raise TargetRefused(
-                f"{repo.working_tree_dir}: carries patch {applied.name!r} (sha256 {applied.sha256[:12]}…) that is not the series' patch {index + 1}; nothing was changed",
-                hint="run 'rocmpatch unapply' to go back to the pin, then apply again",
-            )
+    history.refuse_other_patches(repo, state, loaded)
     # Our trailers are not enough: a commit whose change is not exactly its patch's is the user's.
-    history.refuse_user_work(repo, state, history.first_amended(repo, state, loaded.patches, lock.patched_tree))
+    history.refuse_user_work(repo, state, history.first_amended(repo, state, loaded.patches, loaded.patched_tree))
     target.refuse_user_edits(repo, hint=EDITS_HINT)
     result.already = [a.name for a in state.applied]
     remaining = loaded.patches[len(state.applied):]
@@ -200,7 +195,7 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
     result.head = head
     if not remaining:
         return
-    steps = _planned_steps(repo, loaded, lock, remaining, gitcmd.tree_of(repo, head))
+    steps = _planned_steps(repo, loaded, remaining, gitcmd.tree_of(repo, head))
     result.applied = [s.patch.name for s in steps]
     if result.dry_run:
         return
@@ -215,8 +210,12 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
         _done(repo.working_tree_dir, new_head)
 
 
-def _planned_steps(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
+def _planned_steps(repo: gitcmd.Repo, loaded: LoadedSeries, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
+    """The trees of `patches` applied on base_tree, each layer's last one checked against its lock."""
     steps = patch_trees(repo, base_tree, patches)
-    if steps and steps[-1].tree != lock.patched_tree:
-        raise InvalidInput(f"{loaded.location.lock_path}: patched_tree", f"is {lock.patched_tree}, but the series gives {steps[-1].tree}", hint=LOCK_HINT)
+    mismatches = lock_mismatches(loaded, steps)
+    if mismatches:
+        where, _, problem = mismatches[0].partition(": ")
+        hint = loaded.overlay.lock_hint() if loaded.overlay and where == str(loaded.overlay.lock_path) else LOCK_HINT
+        raise InvalidInput(where, problem, hint=hint)
     return steps

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from rocmpatch import gitcmd
 from rocmpatch.errors import PatchConflict, UpstreamError
 from rocmpatch.gitcmd import CommitInfo
-from rocmpatch.patching import Overlay, Patch, _split_lines, apply_patch
+from rocmpatch.patching import ChangedFiles, Patch, _split_lines, apply_patch
 
 APPLIES = "applies"
 BROKEN = "broken"
@@ -58,6 +58,7 @@ class PatchDrift:
     moved_to: str | None = None  # the file was renamed there (git -M) at first_bad
     deleted: bool = False  # the file was deleted at first_bad
     breaks: int = 0  # how many times it went from applying to not applying along the walk
+    layer: str = "release"  # release, or overlay: a framework's own patch after the release's series
 
     @property
     def ok(self) -> bool:
@@ -116,7 +117,7 @@ class SeriesEvaluator:
                 return None
             return self.read_blob(entry.sha)
 
-        state = Overlay(at_commit)
+        state = ChangedFiles(at_commit)
         current = state.read
 
         verdicts = []
@@ -175,8 +176,10 @@ def _find_block(lines: list[str], block: tuple[str, ...], start: int) -> int:
     return -1
 
 
-def run_drift(repo: gitcmd.Repo, patches: list[Patch], from_rev: str, to_rev: str, *, to_ref: str | None = None) -> DriftReport:
-    """Walk TO's first-parent line from merge-base(FROM, TO); see the module docstring."""
+def run_drift(repo: gitcmd.Repo, patches: list[Patch], from_rev: str, to_rev: str, *, to_ref: str | None = None,
+              layers: list[str] | None = None) -> DriftReport:
+    """Walk TO's first-parent line from merge-base(FROM, TO); see the module docstring. `layers`:
+    each patch's (release or overlay), when an overlay's patches follow the release's."""
     started = time.monotonic()
     from_commit = _require(repo, from_rev)
     to = gitcmd.commit_info(repo, _require(repo, to_rev))
@@ -215,6 +218,8 @@ def run_drift(repo: gitcmd.Repo, patches: list[Patch], from_rev: str, to_rev: st
         _summarize(repo, patch, stretch, at_from[i].state, at_base[i].state)
         for i, (patch, stretch) in enumerate(zip(patches, stretches))
     ]
+    for result, layer in zip(results, layers or ()):
+        result.layer = layer
     release = [info for info, _ in gitcmd.path_history(repo, base, from_commit, paths)] if base != from_commit else []
     return DriftReport(
         from_commit=from_commit, to_ref=to_ref or to_rev, to=to, base=base, commits=len(line),

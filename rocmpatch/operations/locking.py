@@ -4,6 +4,10 @@ and upstream commit.
 The lock is the only place the pins and the patched tree ids are written; apply, verify and check
 trust nothing else. Re-pinning (a new commit) goes through here too, e.g. from `rebase`. Writing one
 release's entry keeps every other release's entry as it is.
+
+With `--overlay DIR`, only the overlay's own lock (DIR/overlay.lock) is written: the release it
+applies to, its patches' sha256s and the tree after the release's series plus the overlay. The
+release's lock must be current (it is rocmpatch's, not the framework's).
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from pathlib import Path
 from rocmpatch import gitcmd, store
 from rocmpatch.errors import InvalidInput
 from rocmpatch.files import replace_file
-from rocmpatch.schema import Lock, LockFile, Upstream, is_full_commit_id
-from rocmpatch.series import LoadedSeries, Location
+from rocmpatch.schema import Lock, LockedPatch, LockFile, OverlayLock, Upstream, is_full_commit_id
+from rocmpatch.series import LOCK_HINT, LoadedOverlay, LoadedSeries, Location
 from rocmpatch.trees import patch_trees
 
 
@@ -47,7 +51,7 @@ def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None 
     tree = gitcmd.tree_of(repo, commit)
     date = gitcmd.commit_date(repo, commit).astimezone(datetime.timezone.utc).isoformat()  # UTC: sorts as text
     with store.scratch_over(repo) as scratch:  # the cache is only read (`lock --check` on a read-only cache)
-        steps = patch_trees(scratch, tree, loaded.patches)
+        steps = patch_trees(scratch, tree, loaded.release_patches)
     return Lock(Upstream(url, ref, commit, tree, date), loaded.locked_patches(), steps[-1].tree)
 
 
@@ -72,6 +76,43 @@ def stale_fields(old: Lock | None, new: Lock) -> list[str]:
             found.append(f"patch {patch.name}")
     for name in old_patches.keys() - {p.name for p in new.patches}:
         found.append(f"patch {name} (no longer in the series)")
+    if not found and [p.name for p in old.patches] != [p.name for p in new.patches]:
+        found.append("patch order")
+    if old.patched_tree != new.patched_tree:
+        found.append("patched_tree")
+    return found
+
+
+def compute_overlay(loaded: LoadedSeries, *, url_override: str | None = None) -> OverlayLock:
+    """The overlay's lock: the release's series applied to its pin, then the overlay's patches,
+    through the one applier. The release's lock must agree with its patch files and give the tree
+    it records (else InvalidInput naming upstream.lock)."""
+    overlay = loaded.overlay
+    assert overlay is not None
+    lock = loaded.release_locked()
+    repo = store.cached_repo(lock.upstream, url_override)
+    with store.scratch_over(repo) as scratch:
+        steps = patch_trees(scratch, lock.upstream.tree, loaded.patches)
+    release_tree = steps[len(loaded.release_patches) - 1].tree
+    if release_tree != lock.patched_tree:
+        raise InvalidInput(f"{loaded.location.lock_path}: patched_tree", f"is {lock.patched_tree}, but release {loaded.location.release}'s series gives {release_tree}", hint=LOCK_HINT)
+    patches = tuple(LockedPatch(p.name, p.entry.file, p.sha256) for p in overlay.patches)
+    return OverlayLock(loaded.location.release, release_tree, patches, steps[-1].tree)
+
+
+def write_overlay(overlay: LoadedOverlay, lock: OverlayLock) -> None:
+    """Replace DIR/overlay.lock atomically."""
+    replace_file(overlay.lock_path, lock.to_yaml().encode("utf-8"))
+
+
+def overlay_stale_fields(old: OverlayLock | None, new: OverlayLock) -> list[str]:
+    """What differs between an overlay's committed lock and a fresh one, as short phrases."""
+    if old is None:
+        return ["everything (there was no overlay.lock)"]
+    found = [field for field in ("release", "release_tree") if getattr(old, field) != getattr(new, field)]
+    old_patches = {p.name: p for p in old.patches}
+    found += [f"patch {p.name}" for p in new.patches if old_patches.get(p.name) != p]
+    found += [f"patch {name} (no longer in the overlay)" for name in old_patches.keys() - {p.name for p in new.patches}]
     if not found and [p.name for p in old.patches] != [p.name for p in new.patches]:
         found.append("patch order")
     if old.patched_tree != new.patched_tree:

@@ -16,6 +16,10 @@ stops the rebase ("conflict"):
 Each patch goes through the same applier as apply and check (rocmpatch.trees.SeriesApplier: the
 same path, mode and symlink safety). The series files and upstream.lock are written only when
 every patch is through, so a stopped or aborted rebase has changed nothing of the project.
+
+With an overlay (`--overlay DIR`), its patches follow the release's in the same chain, so each is
+carried onto the rebased release series; when all are through, DIR's patch files and overlay.lock
+are rewritten too (for the release written: --into's, or the release itself).
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from rocmpatch.errors import (
 )
 from rocmpatch.files import MAX_TEXT_FILE, read_regular_file, replace_file
 from rocmpatch.gitcmd import Identity
-from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, YAML_LOADER, Series
-from rocmpatch.series import LoadedPatch, LoadedSeries, Location, loaded_patch
+from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, YAML_LOADER, OverlayLock, Series
+from rocmpatch.series import OVERLAY, LoadedOverlay, LoadedPatch, LoadedSeries, Location, loaded_patch
 from rocmpatch.trees import SeriesApplier
 
 STATE_NAME = "rocmpatch-rebase"
@@ -69,6 +73,7 @@ class State:
     tip: str  # NEW(done)
     rebased: list[str | None] = field(default_factory=list)  # per finished patch: its commit, or None if dropped
     outcomes: list[Outcome] = field(default_factory=list)
+    overlay: str | None = None  # the overlay folder whose patches follow the release's, if any
 
     @property
     def done(self) -> int:
@@ -111,7 +116,7 @@ def in_progress(project: Path, releases: list[str]) -> list[str]:
 
 
 def start(project: Path, release: str, source: gitcmd.Repo, pin: str, onto: str, onto_ref: str, patches: list[LoadedPatch],
-          *, url: str = "", into: str | None = None) -> Finished | Stopped:
+          *, url: str = "", into: str | None = None, overlay: Path | None = None) -> Finished | Stopped:
     directory = state_dir(project, release)
     if directory.exists():
         raise Busy(f"a rebase of {release} is already in progress ({directory})",
@@ -120,7 +125,8 @@ def start(project: Path, release: str, source: gitcmd.Repo, pin: str, onto: str,
     try:
         work = gitcmd.init_borrowing_repo(directory / "objects.git", source)
         originals = _original_chain(work, pin, patches)
-        state = State(onto, onto_ref, url, into, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto)
+        state = State(onto, onto_ref, url, into, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto,
+                      overlay=str(overlay) if overlay is not None else None)
         return _carry(directory, work, state, patches)
     except BaseException:
         if not (directory / "state.json").is_file():
@@ -248,7 +254,13 @@ def _parent(work: gitcmd.Repo, commit: str) -> str:
 
 
 def _sha256s(patches: list[LoadedPatch]) -> dict[str, str]:
-    return {p.entry.file: p.sha256 for p in patches}
+    return {(f"overlay/{p.entry.file}" if p.layer == OVERLAY else p.entry.file): p.sha256 for p in patches}
+
+
+def stopped_overlay(project: Path, release: str) -> Path | None:
+    """The overlay folder a stopped rebase of `release` carries, if any."""
+    overlay = _load(project, release)[1].overlay
+    return Path(overlay) if overlay else None
 
 
 def _refuse_markers(worktree: Path, files: list[str]) -> None:
@@ -279,6 +291,7 @@ def _load(project: Path, release: str) -> tuple[Path, State]:
         data = json.loads(read_regular_file(path, limit=MAX_TEXT_FILE, what="rebase state"))
         data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
         data.setdefault("into", None)
+        data.setdefault("overlay", None)
         state = State(**data)
         _check_types(state)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSON, missing or unknown keys, wrong types
@@ -290,7 +303,7 @@ def _load(project: Path, release: str) -> tuple[Path, State]:
 def _check_types(state: State) -> None:
     """ValueError when a field of a loaded state.json has the wrong type (JSON gives any)."""
     text = (state.onto, state.onto_ref, state.url, state.source_objects, state.tip)
-    if not all(isinstance(value, str) for value in text) or not isinstance(state.into, (str, type(None))):
+    if not all(isinstance(value, str) for value in text) or not all(isinstance(v, (str, type(None))) for v in (state.into, state.overlay)):
         raise ValueError("a text field is not a string")
     if not isinstance(state.series_sha256, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in state.series_sha256.items()):
         raise ValueError("series_sha256 is not a map of strings")
@@ -309,17 +322,14 @@ def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
     The lock is computed (the refreshed series applied exactly to the new commit) before any file
     is written, so a failure here leaves the project as it was."""
     destination = loaded.location.patchsets.location(finished.into) if finished.into else loaded.location
-    kept = [
-        loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), destination.series_dir / patch.entry.file)
-        for patch in loaded.patches
-        if (text := finished.texts[patch.name]) is not None
-    ]
+    kept = _kept(loaded.release_patches, finished, destination.series_dir)
     new_series = Series(destination.series_dir, tuple(p.entry for p in kept))
     new_loaded = LoadedSeries(destination, new_series, tuple(kept), loaded.lock)
     new_lock = locking.compute(new_loaded, locking.Pin(ref=finished.onto_ref, commit=finished.onto), url_override=finished.url)
-    if new_lock.patched_tree != finished.tree:
+    overlay = _carried_overlay(LoadedSeries(destination, new_series, tuple(kept), new_lock), loaded.overlay, finished)
+    if overlay is None and new_lock.patched_tree != finished.tree:
         raise CheckFailed(f"the refreshed series gives tree {new_lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
-    dropped = {p.name for p in loaded.patches if finished.texts[p.name] is None}
+    dropped = {p.name for p in loaded.release_patches if finished.texts[p.name] is None}
     series_text = without_entries((loaded.series.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
     destination.series_dir.mkdir(parents=True, exist_ok=True)
     for patch in kept:
@@ -327,14 +337,53 @@ def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
     if dropped or finished.into:
         replace_file(destination.series_dir / SERIES_FILE, series_text.encode("utf-8"))
     if not finished.into:
-        for patch in loaded.patches:
+        for patch in loaded.release_patches:
             if patch.name in dropped:
                 patch.path.unlink()
     elif (loaded.location.series_dir / RELEASE_FILE).is_file():
         old_info = (loaded.location.series_dir / RELEASE_FILE).read_text(encoding="utf-8")
         replace_file(destination.series_dir / RELEASE_FILE, carried_release_info(old_info, loaded.location.release).encode("utf-8"))
     locking.write(destination, new_lock)
+    if overlay is not None:
+        _write_overlay(loaded.overlay, *overlay, finished)
     return destination
+
+
+def _kept(patches: tuple[LoadedPatch, ...], finished: Finished, directory: Path) -> list[LoadedPatch]:
+    """The refreshed patches of one layer that upstream does not already hold, as files in `directory`."""
+    return [loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), directory / patch.entry.file, patch.layer)
+            for patch in patches if (text := finished.texts[patch.name]) is not None]
+
+
+def _carried_overlay(new_release: LoadedSeries, overlay: LoadedOverlay | None, finished: Finished) -> tuple[LoadedOverlay, OverlayLock] | None:
+    """The overlay's refreshed patches and its new lock on the rebased release (computed, nothing
+    written); None without an overlay. CheckFailed when every overlay patch is upstream now (an
+    overlay cannot be empty: the framework drops it) or the trees disagree."""
+    if overlay is None:
+        return None
+    kept = _kept(overlay.patches, finished, overlay.directory)
+    if not kept:
+        raise CheckFailed(f"every patch of the overlay {overlay.directory} is upstream now; nothing was written",
+                          hint="drop the overlay (and --overlay), then rerun the rebase")
+    carried = LoadedOverlay(overlay.directory, Series(overlay.directory, tuple(p.entry for p in kept)), tuple(kept), None)
+    lock = locking.compute_overlay(new_release.with_overlay(carried), url_override=finished.url)
+    if lock.patched_tree != finished.tree:
+        raise CheckFailed(f"the refreshed series and overlay give tree {lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
+    return carried, lock
+
+
+def _write_overlay(old: LoadedOverlay, carried: LoadedOverlay, lock: OverlayLock, finished: Finished) -> None:
+    """DIR's refreshed patch files, series.yaml without the patches upstream now holds, overlay.lock."""
+    for patch in carried.patches:
+        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
+    dropped = {p.name for p in old.patches if finished.texts[p.name] is None}
+    if dropped:
+        text = without_entries((old.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
+        replace_file(old.directory / SERIES_FILE, text.encode("utf-8"))
+        for patch in old.patches:
+            if patch.name in dropped:
+                patch.path.unlink()
+    locking.write_overlay(carried, lock)
 
 
 def carried_release_info(text: str, source_release: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, history, target
 from rocmpatch.errors import RocmpatchError
-from rocmpatch.series import LoadedSeries
+from rocmpatch.series import OVERLAY, LoadedSeries
 from rocmpatch.trees import SeriesApplier
 
 APPLIED, NOT_APPLIED, CONFLICTING = "applied", "not-applied", "conflicting"
@@ -21,6 +21,7 @@ class PatchState:
     state: str  # applied | not-applied | conflicting
     files: list[str]
     reason: str | None = None
+    layer: str = "release"  # release | overlay
 
 
 @dataclass
@@ -33,6 +34,7 @@ class StatusReport:
     interrupted: str | None
     patches: list[PatchState] = field(default_factory=list)
     user_commits: list[str] = field(default_factory=list)  # the user's own commits on top, newest first
+    foreign_overlay: list[str] = field(default_factory=list)  # overlay patches applied beyond the stack asked about
 
     @property
     def at_pin(self) -> bool:
@@ -42,9 +44,9 @@ class StatusReport:
         return {
             "target": str(self.target), "pin": self.pin, "head": self.head, "base": self.base,
             "at_pin": self.at_pin, "interrupted": self.interrupted, "uncommitted": self.uncommitted,
-            "user_commits": self.user_commits,
+            "user_commits": self.user_commits, "foreign_overlay": self.foreign_overlay,
             "patches": [
-                {"name": p.name, "file": p.file, "summary": p.summary, "state": p.state, "files": p.files, "reason": p.reason}
+                {"name": p.name, "file": p.file, "layer": p.layer, "summary": p.summary, "state": p.state, "files": p.files, "reason": p.reason}
                 for p in self.patches
             ],
         }
@@ -60,18 +62,20 @@ def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
                           user_commits=list(state.user_commits))
     # The series' own state is judged below the user's commits (they are not part of it).
     applier = SeriesApplier(repo, gitcmd.tree_of(repo, state.series_head)) if state.series_head else None
-    amended = history.first_amended(repo, state, loaded.patches, lock.patched_tree) if state.base == lock.upstream.commit else None
+    amended = history.first_amended(repo, state, loaded.patches, loaded.patched_tree) if state.base == lock.upstream.commit else None
     for index, loaded_patch in enumerate(loaded.patches):
-        item = PatchState(loaded_patch.name, loaded_patch.entry.file, loaded_patch.entry.summary, NOT_APPLIED, list(loaded_patch.patch.paths))
+        item = PatchState(loaded_patch.name, loaded_patch.entry.file, loaded_patch.entry.summary, NOT_APPLIED, list(loaded_patch.patch.paths),
+                          layer=loaded_patch.layer)
         if index < len(state.applied):
             applied = state.applied[index]
             if amended is not None and amended.index == index:
                 item.state, item.reason = CONFLICTING, (f"its commit {amended.commit[:12]} holds changes that are not the patch's "
                                                         f"({', '.join(amended.paths)}): an edit of yours amended into it")
-            elif (applied.name, applied.sha256) == (loaded_patch.name, loaded_patch.sha256):
+            elif applied.key == loaded_patch.key:
                 item.state = APPLIED
             else:
-                item.state, item.reason = CONFLICTING, f"the target has {applied.name!r} (sha256 {applied.sha256[:12]}…) in this place"
+                what = "the overlay patch" if applied.layer == OVERLAY else "patch"
+                item.state, item.reason = CONFLICTING, f"the target has {what} {applied.name!r} (sha256 {applied.sha256[:12]}…) in this place"
         elif applier is None:
             item.state, item.reason = CONFLICTING, "the target has no commit"
         else:
@@ -80,4 +84,5 @@ def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
             except RocmpatchError as exc:
                 item.state, item.reason = CONFLICTING, exc.message
         report.patches.append(item)
+    report.foreign_overlay = [a.name for a in state.applied[len(loaded.patches):] if a.layer == OVERLAY]
     return report

@@ -48,8 +48,11 @@ def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> Un
         if state.base != pin:
             raise TargetRefused(f"{directory}: is at {state.base or 'no commit'}, not the pinned {lock.upstream.ref} ({pin}) plus patches; nothing was changed",
                                 hint="unapply only undoes what 'rocmpatch apply' did")
+        # An overlay's commits are checked against its patches like the release's: without the
+        # overlay they cannot be, and an edit amended into one would be lost.
+        history.refuse_unchecked_overlay(repo, state, loaded)
         # The user's too: commits on top of the series, and edits amended into its commits.
-        amended = history.first_amended(repo, state, loaded.patches, lock.patched_tree)
+        amended = history.first_amended(repo, state, loaded.patches, loaded.patched_tree)
         if not force:
             history.refuse_user_work(repo, state, amended)
         result.removed = [a.name for a in reversed(state.applied)]

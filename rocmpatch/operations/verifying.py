@@ -1,4 +1,4 @@
-"""`rocmpatch verify`: is the target byte for byte pin + series?
+"""`rocmpatch verify`: is the target byte for byte pin + series (+ an overlay's series)?
 
 Compared is what git compares: content, mode (executable or not) and type (file, symlink,
 nested repository) of every path. The answer comes only from bytes rocmpatch reads itself: the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, history, snapshot, statcache, store, target
 from rocmpatch.series import LoadedSeries
-from rocmpatch.trees import escaping_symlinks, patch_trees, touched_by
+from rocmpatch.trees import escaping_symlinks, lock_mismatches, patch_trees, touched_by
 
 EDITED, DELETED, ADDED, PATCH_MISSING = "edited", "deleted", "added", "patch-missing"
 MODE_CHANGED, TYPE_CHANGED = "mode-changed", "type-changed"
@@ -69,7 +69,8 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
     head = gitcmd.head_commit(repo)
     head_tree = gitcmd.tree_of(repo, head) if head else None
     journal = target.pending(repo)
-    report = VerifyReport(directory, lock.patched_tree, head_tree, lock_problems=loaded.lock_problems(),
+    expected_tree = loaded.patched_tree  # the overlay's, when one is stacked on the series
+    report = VerifyReport(directory, expected_tree, head_tree, lock_problems=loaded.lock_problems(),
                           interrupted=journal["operation"] if journal else None, strict=strict)
     pin = lock.upstream.commit
     state = history.read(repo, pin)
@@ -83,11 +84,11 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
     root = Path(repo.working_tree_dir)
     cached = statcache.load(root)
     ignored = snapshot.ignored_by_git(repo)
-    guide = cached.files if cached is not None and cached.tree == lock.patched_tree else None
-    if guide is None and gitcmd.has_object(repo, lock.patched_tree):
-        guide = gitcmd.list_tree(repo, lock.patched_tree)
+    guide = cached.files if cached is not None and cached.tree == expected_tree else None
+    if guide is None and gitcmd.has_object(repo, expected_tree):
+        guide = gitcmd.list_tree(repo, expected_tree)
     now = snapshot.take(root, guide, ignored, cached=cached, strict=strict) if guide is not None else None
-    if (now is not None and now.tree == lock.patched_tree and head_tree == lock.patched_tree and report.ok
+    if (now is not None and now.tree == expected_tree and head_tree == expected_tree and report.ok
             and not now.importable_ignored and not escaping_symlinks(now.links)):
         return report
     actual = gitcmd.list_tree(repo, head_tree) if head_tree else {}
@@ -95,9 +96,11 @@ def verify(loaded: LoadedSeries, directory: Path, *, url_override: str | None = 
     source = repo if gitcmd.has_object(repo, pin_tree) else store.cached_repo(lock.upstream, url_override)
     with store.scratch_over(source) as scratch:
         pin_entries = gitcmd.list_tree(scratch, pin_tree)
-        patched = patch_trees(scratch, pin_tree, loaded.patches)[-1].tree if loaded.patches else pin_tree
-        if patched != lock.patched_tree:
-            report.lock_problems.append(f"{loaded.location.lock_path}: patched_tree is {lock.patched_tree}, but the series on the pin gives {patched}")
+        steps = patch_trees(scratch, pin_tree, loaded.patches)
+        patched = steps[-1].tree if steps else pin_tree
+        mismatches = lock_mismatches(loaded, steps)
+        if mismatches:
+            report.lock_problems += mismatches
             report.expected_tree = patched
         expected = gitcmd.list_tree(scratch, patched)
     if now is None or guide.keys() != expected.keys():  # the walk is guided by the tree it is compared with

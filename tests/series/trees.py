@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from rocmpatch.patching import Overlay, Patch, Reader, apply_patch
+from rocmpatch.patching import ChangedFiles, Patch, Reader, apply_patch
 
 
 def write_files(dest: Path, files: Mapping[str, bytes | None], executable: frozenset[str] = frozenset()) -> Path:
@@ -24,10 +24,10 @@ def write_files(dest: Path, files: Mapping[str, bytes | None], executable: froze
 
 def apply_series(patches: list[Patch], read: Reader) -> dict[str, bytes | None]:
     """Apply patches in order; return the combined changes relative to `read`."""
-    overlay = Overlay(read)
+    files = ChangedFiles(read)
     for patch in patches:
-        overlay.update(apply_patch(patch, overlay.read))
-    return overlay.changes
+        files.update(apply_patch(patch, files.read))
+    return files.changes
 
 
 def files_under(patch: Patch, prefixes: tuple[str, ...]) -> Patch:
