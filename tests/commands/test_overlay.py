@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from rocmpatch import gitcmd, history
+from rocmpatch import gitcmd, history, statcache
 from rocmpatch.errors import ExitCode
 from rocmpatch.schema import load_overlay_lock
 from tests.fixtures import lock_of, make_overlay, replace_line, write_files
@@ -101,6 +102,23 @@ def test_verify_names_the_overlay_patch_of_a_changed_file(cli, overlay, tmp_path
     assert result.exit_code == 1
     [difference] = json.loads(result.stdout)["differences"]
     assert difference == {"path": "pkg/b.py", "kind": "edited", "patches": ["second-fix", "framework-fix"]}
+
+
+def test_verify_compares_with_the_overlay_tree_computed_like_the_releases(cli, overlay, tmp_path):
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target), "--overlay", str(overlay)).exit_code == 0
+    patched = overlay_lock(overlay).patched_tree
+    assert statcache.load(target).tree == patched  # apply records the stack's tree, so verify reads nothing again
+    report = json.loads(cli("verify", "--target", str(target), "--overlay", str(overlay), "--json").stdout)
+    assert report["ok"] and report["expected_tree"] == patched
+    # The same size and mtime, other bytes: the stat cache does not take it (ctime moved), verify reads it.
+    framework = target / "pkg/framework.py"
+    stat = framework.stat()
+    framework.write_text(framework.read_text().replace("1", "2"))
+    os.utime(framework, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    result = cli("verify", "--target", str(target), "--overlay", str(overlay), "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["differences"] == [{"path": "pkg/framework.py", "kind": "edited", "patches": ["framework-fix"]}]
 
 
 def test_check_and_lock_refuse_an_overlay_that_no_longer_applies_naming_its_patch(cli, overlay, project):
