@@ -51,53 +51,65 @@ def check_attention(rank: int) -> dict:
 
     cpa.kernel_forward = recording
     cases = []
-    for comm in ("p2p", "all_gather", "allgather"):
-        for causal in (True, False):
-            for kernel in ("fused", "math"):
-                generator = torch.Generator().manual_seed(7)
-                full = [torch.randn(SEQ, BATCH, heads, HEAD_DIM, generator=generator, dtype=torch.float64)
-                        for heads in (HEADS, GROUPS, GROUPS)]
-                weight = torch.randn(SEQ, BATCH, HEADS * HEAD_DIM, generator=generator, dtype=torch.float64)
-                ref_in = [t.clone().requires_grad_() for t in full]
-                q, k, v = (t.permute(1, 2, 0, 3) for t in ref_in)
-                groups = HEADS // GROUPS
-                ref = F.scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1),
-                                                     is_causal=causal, scale=0.3)
-                ref = ref.permute(2, 0, 1, 3).reshape(SEQ, BATCH, -1)
-                (ref * weight).sum().backward()
-                mine = [zigzag(t, rank).float().requires_grad_() for t in full]
-                del kinds[:], blocks[:]
-                out = cpa.context_parallel_attention(*mine, group, cpa.normalized_comm_type(comm), causal, 0.3, kernel)
-                (out.double() * zigzag(weight, rank)).sum().backward()
-                cases.append({
-                    "case": f"{comm} {'causal' if causal else 'no mask'} {kernel}",
-                    "out": max_err(out, zigzag(ref, rank)),
-                    "grads": [max_err(m.grad, zigzag(r.grad, rank)) for m, r in zip(mine, ref_in)],
-                    "kinds": sorted(set(kinds)),
-                    "blocks": list(blocks),
-                })
+    # The last two: multi-latent attention's value heads, narrower than the query/key heads.
+    variants = [(comm, causal, kernel, HEAD_DIM) for comm in ("p2p", "all_gather", "allgather")
+                for causal in (True, False) for kernel in ("fused", "math")]
+    variants += [("p2p", True, "fused", HEAD_DIM // 2), ("all_gather", True, "fused", HEAD_DIM // 2)]
+    for comm, causal, kernel, value_dim in variants:
+        generator = torch.Generator().manual_seed(7)
+        full = [torch.randn(SEQ, BATCH, heads, dim, generator=generator, dtype=torch.float64)
+                for heads, dim in ((HEADS, HEAD_DIM), (GROUPS, HEAD_DIM), (GROUPS, value_dim))]
+        weight = torch.randn(SEQ, BATCH, HEADS * value_dim, generator=generator, dtype=torch.float64)
+        ref_in = [t.clone().requires_grad_() for t in full]
+        q, k, v = (t.permute(1, 2, 0, 3) for t in ref_in)
+        groups = HEADS // GROUPS
+        ref = F.scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1),
+                                             is_causal=causal, scale=0.3)
+        ref = ref.permute(2, 0, 1, 3).reshape(SEQ, BATCH, -1)
+        (ref * weight).sum().backward()
+        mine = [zigzag(t, rank).float().requires_grad_() for t in full]
+        del kinds[:], blocks[:]
+        out = cpa.context_parallel_attention(*mine, group, cpa.normalized_comm_type(comm), causal, 0.3, kernel)
+        (out.double() * zigzag(weight, rank)).sum().backward()
+        cases.append({
+            "case": f"{comm} {'causal' if causal else 'no mask'} {kernel}"
+                    + (" mla" if value_dim != HEAD_DIM else ""),
+            "out": max_err(out, zigzag(ref, rank)),
+            "grads": [max_err(m.grad, zigzag(r.grad, rank)) for m, r in zip(mine, ref_in)],
+            "kinds": sorted(set(kinds)),
+            "blocks": list(blocks),
+        })
     cpa.kernel_forward = real_kernel_forward
     return {"rank": rank, "cases": cases}
 
 
 def check_layer(rank: int) -> dict:
+    """The layer with the unfused RoPE and with --rope-fusion's torch form (rope-torch-fused): each
+    takes the rank's slice of the embedding (get_pos_emb_on_this_cp_rank)."""
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(context_parallel_size=2)
+    return {"rank": rank, **{name: layer_case(rank, fused) for name, fused in (("rope", False), ("fused rope", True))}}
+
+
+def layer_case(rank: int, rope_fusion: bool) -> dict:
     import torch
     import torch.nn.functional as F
     from megatron.core import parallel_state
+    from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.transformer_config import TransformerConfig
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    parallel_state.initialize_model_parallel(context_parallel_size=2)
     model_parallel_cuda_manual_seed(1234)
     hidden = HEADS * HEAD_DIM
     config = TransformerConfig(
         num_layers=1, hidden_size=hidden, num_attention_heads=HEADS, num_query_groups=GROUPS,
         ffn_hidden_size=2 * hidden, normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, attention_dropout=0.0, hidden_dropout=0.0, context_parallel_size=2,
-        use_cpu_initialization=True, bias_dropout_fusion=False, apply_rope_fusion=False,
+        use_cpu_initialization=True, bias_dropout_fusion=False, apply_rope_fusion=rope_fusion,
     )
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     layer = TransformerLayer(config, spec.submodules, layer_number=1)
@@ -110,6 +122,13 @@ def check_layer(rank: int) -> dict:
     x = torch.randn(SEQ, BATCH, hidden, generator=generator)
     weight = torch.randn(SEQ, BATCH, hidden, generator=generator)
 
+    fused_calls = []
+    real_fused = rope_utils.fused_apply_rotary_pos_emb
+
+    def counting(t, freqs, **kwargs):
+        fused_calls.append(list(freqs.shape))
+        return real_fused(t, freqs, **kwargs)
+
     def step(inputs, weights, rotary, cp):
         core_attention.cp_group = cp
         layer.zero_grad(set_to_none=True)
@@ -119,13 +138,17 @@ def check_layer(rank: int) -> dict:
         grads = {name: p.grad.clone() for name, p in layer.named_parameters()}
         return out.detach(), inputs.grad, grads
 
-    out, x_grad, grads = step(zigzag(x, rank), zigzag(weight, rank), rope(SEQ), cp_group)
+    rope_utils.fused_apply_rotary_pos_emb = counting
+    try:
+        out, x_grad, grads = step(zigzag(x, rank), zigzag(weight, rank), rope(SEQ), cp_group)
+    finally:
+        rope_utils.fused_apply_rotary_pos_emb = real_fused
     for grad in grads.values():
         torch.distributed.all_reduce(grad, group=cp_group)
     ref_out, ref_x_grad, ref_grads = step(x, weight, rope(SEQ, cp_group=alone), None)
     return {
-        "rank": rank,
         "cp_used": core_attention.cp_comm_type,
+        "fused_rope_freqs": fused_calls,
         "out": max_err(out, zigzag(ref_out, rank)),
         "out_scale": float(ref_out.abs().max()),
         "input_grad": max_err(x_grad, zigzag(ref_x_grad, rank)),
@@ -213,17 +236,20 @@ def check_gpu_ops(rank: int) -> dict:
     from megatron.core.transformer import context_parallel_attention as cpa
 
     results = {}
-    for kind, native in (("flash", True), ("flash", False), ("efficient", False)):
+    # mla: value heads half the query/key head size (multi-latent attention), padded for the kernel.
+    for kind, native, value_dim in (("flash", True, HEAD_DIM), ("flash", False, HEAD_DIM),
+                                    ("efficient", False, HEAD_DIM), ("flash", True, HEAD_DIM // 2),
+                                    ("efficient", False, HEAD_DIM // 2)):
+        name = f"{kind} {'gqa' if native else 'repeated'}{' mla' if value_dim != HEAD_DIM else ''}"
         q = torch.empty(BATCH, HEADS, 24, HEAD_DIM, device="meta", dtype=torch.bfloat16)
         k = torch.empty(BATCH, GROUPS, 48, HEAD_DIM, device="meta", dtype=torch.bfloat16)
+        v = torch.empty(BATCH, GROUPS, 48, value_dim, device="meta", dtype=torch.bfloat16)
         try:
-            out, lse, record = cpa.kernel_forward(kind, native, q, k, k, False, 0.3)
-            grads = cpa.block_backward(torch.empty_like(out), q, k, k, out, lse, False, 0.3, record)
-            results[f"{kind} {'gqa' if native else 'repeated'}"] = {
-                "out": list(out.shape), "lse": list(lse.shape), "grads": [list(g.shape) for g in grads],
-            }
+            out, lse, record = cpa.kernel_forward(kind, native, q, k, v, False, 0.3)
+            grads = cpa.block_backward(torch.empty_like(out), q, k, v, out, lse, False, 0.3, record)
+            results[name] = {"out": list(out.shape), "lse": list(lse.shape), "grads": [list(g.shape) for g in grads]}
         except Exception as exc:  # noqa: BLE001 - the error is the result
-            results[f"{kind} {'gqa' if native else 'repeated'}"] = {"error": error_text(exc)}
+            results[name] = {"error": error_text(exc)}
     return results
 
 

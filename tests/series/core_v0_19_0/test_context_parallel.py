@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.series.core_v0_19_0 import harness
+from tests.series.core_v0_19_0.cp_checks import HEAD_DIM, SEQ
 
 pytest.importorskip("torch")
 
@@ -29,13 +30,15 @@ def ranks(tree019, tmp_path_factory) -> list[dict]:
 
 def test_attention_over_two_ranks_equals_whole_sequence(ranks):
     """Both --cp-comm-type (and upstream's spelling allgather), causal and unmasked, the CPU's
-    flash kernel (fused) and plain torch (math): output and every input gradient in fp32."""
+    flash kernel (fused) and plain torch (math), and value heads narrower than the query/key
+    heads (multi-latent attention: padded for the flash kernel): output and every input gradient
+    in fp32."""
     for result in ranks:
         names = [case["case"] for case in result["attention"]["cases"]]
-        assert len(names) == 12, names
+        assert len(names) == 14 and names[-2:] == ["p2p causal fused mla", "all_gather causal fused mla"], names
         for case in result["attention"]["cases"]:
             assert case["out"] < FP32 and max(case["grads"]) < FP32, (result["attention"]["rank"], case)
-            fused = case["case"].endswith("fused")
+            fused = "fused" in case["case"].split()
             assert case["kinds"] == (["cpu_flash"] if fused else ["math"]), case
 
 
@@ -52,13 +55,18 @@ def test_ring_blocks_balance_the_causal_work(ranks):
     assert blocks[1]["all_gather causal fused"] == [[4, 4, True], [4, 4, True], [4, 4, False], [4, 8, False]]
 
 
-def test_one_layer_gradients_equal_the_whole_sequence(ranks):
+@pytest.mark.parametrize("rope", ["rope", "fused rope"])
+def test_one_layer_gradients_equal_the_whole_sequence(ranks, rope):
     """A TransformerLayer (RMSNorm, SwiGLU, 4 query heads over 2 key/value groups, RoPE sliced by
     get_pos_emb_on_this_cp_rank) with context parallel 2 against the same weights over the whole
-    sequence: output, input gradient and each parameter's gradient summed over the ranks."""
+    sequence: output, input gradient and each parameter's gradient summed over the ranks. With
+    --rope-fusion (on by default: rope-torch-fused) the torch form rotates q and k with this
+    rank's half of the positions."""
     for result in ranks:
-        layer = result["layer"]
+        layer = result["layer"][rope]
         assert layer["cp_used"] == "p2p"
+        half = [SEQ // 2, 1, 1, HEAD_DIM]
+        assert layer["fused_rope_freqs"] == ([half, half] if rope == "fused rope" else []), layer
         assert layer["out"] < FP32 * max(1.0, layer["out_scale"]), layer
         assert layer["input_grad"] < FP32, layer
         assert len(layer["param_grads"]) >= 6, layer  # qkv, proj, fc1, fc2 and the two norms
@@ -106,3 +114,6 @@ def test_gpu_kernel_calls_on_meta_tensors(ranks):
     for name in ("flash gqa", "flash repeated", "efficient repeated"):
         assert ops[name] == {"out": [2, 4, 24, 8], "lse": [2, 4, 24],
                              "grads": [[2, 4, 24, 8], [2, 2, 48, 8], [2, 2, 48, 8]]}, (name, ops[name])
+    for name in ("flash gqa mla", "efficient repeated mla"):  # value heads of 4, padded to 8 and cut
+        assert ops[name] == {"out": [2, 4, 24, 4], "lse": [2, 4, 24],
+                             "grads": [[2, 4, 24, 8], [2, 2, 48, 8], [2, 2, 48, 4]]}, (name, ops[name])

@@ -55,9 +55,16 @@ def cp1(tree019) -> dict[int, float]:  # noqa: F811
     return losses(tree019, 1)
 
 
-@pytest.mark.parametrize("comm", ["p2p", "all_gather"])
-def test_cp2_fp32_losses_equal_cp1(tree019, cp1, comm):  # noqa: F811
-    assert_same(losses(tree019, 2, "--context-parallel-size", "2", "--cp-comm-type", comm), cp1)
+@pytest.mark.parametrize("extra", [["--cp-comm-type", "p2p"], ["--cp-comm-type", "all_gather"], ["--no-rope-fusion"]],
+                         ids=["p2p", "all_gather", "unfused-rope"])
+def test_cp2_fp32_losses_equal_cp1(tree019, cp1, extra):  # noqa: F811
+    """The RoPE fusion is on by default (rope-torch-fused): each rank rotates its half of the
+    positions with the torch form, or with --no-rope-fusion with the unfused one; both give the
+    losses of context parallel 1 (fused)."""
+    code, logged, output = run(tree019, 2, "--context-parallel-size", "2", *extra)
+    assert code == 0, output[-6000:]
+    assert "turning apply_rope_fusion off" not in output, output[-3000:]  # fusion on unless asked
+    assert_same(logged, cp1)
 
 
 def test_cp2_bf16_trains(tree019, cp1):  # noqa: F811
