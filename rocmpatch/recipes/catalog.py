@@ -174,12 +174,12 @@ def _check_layout(recipe_path: Path, recipe_args: dict, raw) -> Layout:
 def _layout_problems(args: dict, world: int) -> list[str]:
     """What makes Megatron refuse these args on `world` GPUs (or the estimate meaningless)."""
     tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
-    ep = _int(args, "--expert-model-parallel-size", 1)
+    ep, cp = _int(args, "--expert-model-parallel-size", 1), _int(args, "--context-parallel-size", 1)
     problems = []
-    if world % (tp * pp):
-        problems.append(f"{world} GPUs are not a multiple of TP {tp} x PP {pp}")
+    if world % (tp * pp * cp):
+        problems.append(f"{world} GPUs are not a multiple of TP {tp} x PP {pp} x CP {cp}")
     else:
-        dp = world // (tp * pp)
+        dp = world // (tp * pp * cp)
         mbs, gbs = _int(args, "--micro-batch-size", 1), _int(args, "--global-batch-size", 1)
         if gbs % (mbs * dp):
             problems.append(f"global batch {gbs} is not a multiple of micro batch {mbs} x data parallel {dp}")
@@ -189,6 +189,8 @@ def _layout_problems(args: dict, world: int) -> list[str]:
         problems.append(f"attention heads / query groups not divisible by TP {tp}")
     if ep > 1 and (_int(args, "--num-experts", 0) % ep or world % (ep * tp * pp)):
         problems.append(f"experts or GPUs not divisible by EP {ep}")
+    if cp > 1 and _int(args, "--seq-length", 0) % (2 * cp * tp):
+        problems.append(f"sequence length not divisible by 2 x CP {cp} x TP {tp} (each CP rank holds two chunks, split over TP)")
     if tp > 1 and not args.get("--sequence-parallel"):
         problems.append("TP > 1 without --sequence-parallel (the memory estimate and upstream's advice assume it)")
     return problems

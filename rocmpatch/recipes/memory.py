@@ -21,6 +21,14 @@ are reported next to the torch path's own count, which replaces them:
   with the native cross-entropy fusion compiled; 6 unfused);
 - full recompute keeps each layer's input (2h) and one layer's activations; the first pipeline stage
   holds min(PP, micro-batches) micro-batches of its L/PP layers;
+- context parallelism (--context-parallel-size CP, cp-attention): each rank holds s/CP tokens of
+  every activation above (and of the loss); the distributed optimizer shards over the data- and
+  context-parallel ranks together (upstream's model, which predates CP, is given that group's size
+  and s/CP). Attention adds, once (the layer running), its working memory: the fp32 output
+  accumulator, a block's output and its fp32 copy, and the K/V blocks in flight (p2p: the one held
+  and the next; backward also the fp32 K/V gradients held and received), or with
+  --cp-comm-type all_gather the whole sequence's K/V (gathered and reordered; in the backward also
+  their fp32 gradients and the rank-ordered copy that is reduce-scattered);
 - optimizer temporaries: the fused torch AdamW has none; gradient clipping scales each main gradient
   through one temporary (4 bytes x the largest, the embedding's shard). They live after the backward
   pass, so the peak takes the larger of activations and temporaries, not their sum.
@@ -125,6 +133,7 @@ def megatron_args(args: dict, vocab_size: int, world_size: int) -> SimpleNamespa
     """The fields upstream's model reads, from recipe flags and Megatron's defaults."""
     h, heads = _int(args, "--hidden-size"), _int(args, "--num-attention-heads")
     tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
+    cp = _int(args, "--context-parallel-size", 1)
     divisible = _int(args, "--make-vocab-size-divisible-by", 128) * tp
     padded = -(-_int(args, "--vocab-size", vocab_size) // divisible) * divisible
     experts = _int(args, "--num-experts") or None
@@ -140,8 +149,8 @@ def megatron_args(args: dict, vocab_size: int, world_size: int) -> SimpleNamespa
         num_experts=experts, moe_ffn_hidden_size=_int(args, "--moe-ffn-hidden-size", ffn) if experts else None,
         moe_layer_freq=1, moe_router_topk=_int(args, "--moe-router-topk", 2), moe_shared_expert_intermediate_size=None,
         moe_latent_size=None, moe_shared_expert_gate=False, mtp_num_layers=None, multi_latent_attention=False,
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, world_size=world_size,
-        data_parallel_size=world_size // (tp * pp), expert_model_parallel_size=_int(args, "--expert-model-parallel-size", 1),
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, world_size=world_size,
+        data_parallel_size=world_size // (tp * pp * cp), expert_model_parallel_size=_int(args, "--expert-model-parallel-size", 1),
         expert_tensor_parallel_size=_int(args, "--expert-tensor-parallel-size", tp),
         virtual_pipeline_model_parallel_size=None, use_distributed_optimizer=bool(args.get("--use-distributed-optimizer")),
         sequence_parallel=bool(args.get("--sequence-parallel")), recompute_granularity=args.get("--recompute-granularity"),
@@ -169,8 +178,43 @@ def _parameters(a: SimpleNamespace) -> tuple[float, float, float, float]:
         dense += embedding / tp
     expert = stage * (experts / ep) * mlp / a.expert_tensor_parallel_size if experts else 0.0
     expert_dp = max(1, a.world_size // (ep * a.expert_tensor_parallel_size * pp))
-    sharded = dense / a.data_parallel_size + expert / expert_dp
+    sharded = dense / _optimizer_shards(a) + expert / expert_dp
     return total, dense + expert, embedding / tp, sharded
+
+
+def _optimizer_shards(a: SimpleNamespace) -> int:
+    """The distributed optimizer's shard group: the data-parallel ranks with their context-parallel ones."""
+    return a.data_parallel_size * a.context_parallel_size
+
+
+def _upstream_view(a: SimpleNamespace) -> SimpleNamespace:
+    """The fields as upstream's model (which predates context parallelism) must see them: each rank
+    holds s/CP tokens, and the optimizer is sharded over data x context parallel ranks."""
+    cp = a.context_parallel_size
+    return SimpleNamespace(**{**vars(a), "seq_length": a.seq_length // cp, "data_parallel_size": _optimizer_shards(a)})
+
+
+def _cp_attention_bytes(a: SimpleNamespace, args: dict, tokens: float) -> float:
+    """Context-parallel attention's working memory in the layer running (bytes, per TP rank's heads):
+    tokens = this rank's s/CP x b. Forward: the fp32 output accumulator (4q) and a block's output
+    with its fp32 copy (6q) per query token, and the K/V blocks (bf16) held and in flight. Backward:
+    dq in fp32 (4q) and a block's dq (2q), the K/V blocks, their block gradients (4kv) and the fp32
+    dK/dV accumulated and received (p2p: 16kv per key token; all_gather: 8kv for the whole sequence
+    plus the rank-ordered copy reduce-scattered, 8kv). Grouped K/V heads as they are (the flash
+    kernels take them)."""
+    cp = a.context_parallel_size
+    if cp == 1:
+        return 0.0
+    q = a.num_attention_heads * a.kv_channels
+    kv = a.num_query_groups * a.kv_channels
+    if str(args.get("--cp-comm-type", "p2p")).replace("_", "") == "allgather":
+        whole = tokens * cp  # the gathered K/V, and in sequence order
+        forward = tokens * 10 * q + whole * 2 * 4 * kv
+        backward = tokens * 6 * q + whole * (2 * 4 * kv + 4 * kv + 8 * kv + 8 * kv)
+    else:
+        forward = tokens * (10 * q + 2 * 4 * kv)  # the K/V block held and the next
+        backward = tokens * (6 * q + 2 * 4 * kv + 4 * kv + 16 * kv)
+    return max(forward, backward) / a.tensor_model_parallel_size
 
 
 def _layer_bytes_per_token(a: SimpleNamespace, args: dict, device: str, moe: bool) -> float:
@@ -200,12 +244,12 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
     total, per_gpu, largest, sharded = _parameters(a)
     weights_and_grads = 6 * per_gpu
     if upstream is not None:
-        weights_and_optimizer = upstream.compute_weight_and_optimizer_memory(SimpleNamespace(**vars(a)))
+        weights_and_optimizer = upstream.compute_weight_and_optimizer_memory(_upstream_view(a))
         source = f"upstream {UPSTREAM_MODEL}"
         if a.sequence_parallel and a.recompute_granularity == "selective":
-            upstream_activations = upstream.compute_activation_memory(SimpleNamespace(**vars(a)), None)
+            upstream_activations = upstream.compute_activation_memory(_upstream_view(a), None)
         else:
-            upstream_activations = upstream.compute_activation_memory_without_sp(SimpleNamespace(**vars(a)), None)
+            upstream_activations = upstream.compute_activation_memory_without_sp(_upstream_view(a), None)
     else:
         weights_and_optimizer = weights_and_grads + 12 * (sharded if a.use_distributed_optimizer else per_gpu)
         source = f"rocmpatch's own count (no {UPSTREAM_MODEL}: give the target tree, or run `rocmpatch fetch`)"
@@ -213,7 +257,7 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
 
     s, b, h = a.seq_length, a.micro_batch_size, a.hidden_size
     tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
-    tokens = s * b
+    tokens = s * b / a.context_parallel_size  # this rank's
     layer = _layer_bytes_per_token(a, args, device, moe=bool(a.num_experts)) * tokens / tp
     stage_layers = a.num_layers / pp
     microbatches = max(1, _int(args, "--global-batch-size", b) // (b * a.data_parallel_size))
@@ -222,11 +266,12 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
         activations = stage_layers * in_flight * 2 * tokens * h / tp + layer
     else:
         activations = stage_layers * in_flight * layer
+    activations += _cp_attention_bytes(a, args, tokens)
     if pp == 1:
         norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
         loss = 10 if args.get("--cross-entropy-loss-fusion") else 6
         activations += tokens * (norm + 2 * h) / tp + tokens * loss * a.padded_vocab_size / tp
-    temporaries = 4 * (largest / a.data_parallel_size if a.use_distributed_optimizer else largest)
+    temporaries = 4 * (largest / _optimizer_shards(a) if a.use_distributed_optimizer else largest)
     return Estimate(total, per_gpu, weights_and_grads / GIB, (weights_and_optimizer - weights_and_grads) / GIB,
                     activations / GIB, temporaries / GIB,
                     None if upstream_activations is None else upstream_activations / GIB, source)

@@ -15,7 +15,7 @@ RECIPES = names()
 
 
 def test_the_four_recipes_are_there():
-    assert RECIPES == ["llama3-70b", "llama3-8b", "mixtral-8x7b", "small-radeon"]
+    assert RECIPES == ["llama3-70b", "llama3-8b", "llama3-8b-32k", "mixtral-8x7b", "small-radeon"]
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,35 @@ def test_memory_estimate_shards_the_optimizer_over_data_parallel():
     assert abs(one.weights_and_grads_gib * 2 - one.optimizer_gib) < 1e-9  # 6 vs 12 bytes per parameter
     full = estimate({**args, "--recompute-granularity": "full"}, 1000, 1)
     assert full.activations_gib < one.activations_gib
+
+
+def test_context_parallel_splits_the_tokens_and_shards_the_optimizer_with_data_parallel(upstream_memory):
+    """llama3-8b-32k on 8 GPUs (CP 4, DP 2, one 32768-token sequence per micro-batch): each GPU holds
+    8192 tokens' activations, as llama3-8b's 8 GPUs hold with one 8192-token sequence, plus the
+    ring attention's working memory; the optimizer is sharded over all 8 ranks (DP x CP), as
+    llama3-8b's over DP 8. all_gather keeps the whole sequence's K/V and their fp32 gradients."""
+    long, short = find("llama3-8b-32k"), find("llama3-8b")
+    layout = long.layout_for(8, 1)
+    assert long.merged_args(layout)["--context-parallel-size"] == 4
+    ring = long.estimate(layout, upstream_memory)
+    one_sequence = estimate({**short.merged_args(short.layout_for(8, 1)), "--micro-batch-size": 1}, short.vocab_size, 8,
+                            upstream=upstream_memory)
+    assert ring.optimizer_gib == pytest.approx(one_sequence.optimizer_gib)
+    attention = ring.activations_gib - one_sequence.activations_gib  # 6 q + 28 kv bytes x 8192 tokens
+    assert 0.3 < attention < 0.5, (ring, one_sequence)
+    gathered = estimate({**long.merged_args(layout), "--cp-comm-type": "all_gather"}, long.vocab_size, 8, upstream=upstream_memory)
+    assert gathered.activations_gib > ring.activations_gib + 0.5
+    assert ring.upstream_activations_gib == pytest.approx(one_sequence.upstream_activations_gib)
+
+
+def test_a_layout_whose_sequence_does_not_split_over_context_parallel_is_refused(tmp_path):
+    text = find("llama3-8b-32k").path.read_text().replace("--context-parallel-size: 4", "--context-parallel-size: 3", 1)
+    bad = tmp_path / "cp3.yaml"
+    bad.write_text(text)
+    with pytest.raises(InvalidInput) as caught:
+        load(bad)
+    assert "not a multiple of TP 1 x PP 1 x CP 3" in str(caught.value)
+    assert "sequence length not divisible by 2 x CP 3 x TP 1" in str(caught.value)
 
 
 def test_to_argv():

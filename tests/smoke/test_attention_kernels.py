@@ -22,7 +22,8 @@ def test_every_recipe_layout_has_its_attention_shape_checked(name):
         tp = int(args.get("--tensor-model-parallel-size", 1))
         heads = int(args["--num-attention-heads"])
         groups = int(args.get("--num-query-groups", heads))
-        shape = (heads // tp, groups // tp, int(args["--hidden-size"]) // heads, int(args["--seq-length"]))
+        cp = int(args.get("--context-parallel-size", 1))  # each GPU's blocks: its s/CP queries
+        shape = (heads // tp, groups // tp, int(args["--hidden-size"]) // heads, int(args["--seq-length"]) // cp)
         assert shape in covered, (name, layout.name, shape)
 
 
