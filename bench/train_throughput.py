@@ -14,6 +14,14 @@ the first 2 not timed). On the CPU: a tiny shape of the same proportions, for CI
 torch and the tree's requirements (numpy, packaging, psutil, pybind11 with make and g++ for the
 dataset helpers); smoke needs rocmpatch's own (click, rich, pyyaml). See docs/validation.md.
 
+Context parallelism (cp-attention), under the JSON key "context_parallel": with two GPUs or more,
+a "cp2" path trains the fast path's shape and flags with --context-parallel-size 2 on two GPUs, and
+cp2_over_cp1_tokens_per_second is its tokens/s over the fast path's (context parallel 1, one GPU,
+the same sequence length and global batch; 2.0 would be perfect scaling). With one GPU or none the
+exactness check runs instead, on the CPU (two gloo processes): the tiny shape in fp32 trained with
+context parallel 2 and 1 on the same global batch, and the largest relative difference of their
+losses over every iteration (ok within 1e-4). --skip-context-parallel leaves both out.
+
 --baseline-tree DIR adds a third path: DIR trained with the recipes' flags from before the fast path
 (every fusion off, the dataloader's mask), e.g. a tree patched by an older rocmpatch: the step time
 ratio of the fast path against it is printed.
@@ -35,6 +43,8 @@ from training_runs import FAST_FLAGS, LLAMA3_8B, OLD_FLAGS, ROOT, TINY, Shape, e
 
 GIB = 1 << 30
 WARMUP = 2
+CONTEXT_PARALLEL = ["--context-parallel-size", "2"]
+CP_RELATIVE = 1e-4  # CP 2 against CP 1 in fp32: the same losses but for the order of floating-point sums
 TREE_FILES = ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py")
 
 
@@ -43,13 +53,14 @@ def detect_device(asked: str) -> tuple[str, dict]:
     import torch
 
     if asked == "cpu" or (asked == "auto" and not torch.cuda.is_available()):
-        return "cpu", {"torch": torch.__version__}
+        return "cpu", {"torch": torch.__version__, "count": 0}
     if not torch.cuda.is_available():
         raise SystemExit("--device cuda: this torch build sees no GPU (check HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)")
     props = torch.cuda.get_device_properties(0)
     arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
     return "cuda", {"torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
-                    "name": props.name, "arch": arch.split(":")[0], "memory_gib": props.total_memory / GIB}
+                    "name": props.name, "arch": arch.split(":")[0], "memory_gib": props.total_memory / GIB,
+                    "count": torch.cuda.device_count()}
 
 
 def bf16_peak(gpu: dict) -> float | None:
@@ -94,12 +105,13 @@ def run_smoke(tree: Path, out_dir: Path) -> dict:
 
 
 def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, device: str, gpu: dict,
-            workdir: Path, cpu_memory: bool) -> dict:
+            workdir: Path, cpu_memory: bool, gpus: int = 1) -> dict:
+    """One path trained on `gpus` GPUs (one process each): rank 0's step times and memory."""
     argv = [*shape.args(), *flags, *run_schedule(steps)]
     run = pretrain(tree, argv, workdir / name, device=device, memory=device == "cpu" and cpu_memory,
                    profile_step=0 if device == "cpu" and cpu_memory else min(WARMUP + 1, steps),
-                   timeout=1500 if device == "cpu" else 600)
-    result: dict = {"flags": flags, "log": run.log, "ok": run.ok, "wall_seconds": round(run.seconds, 1)}
+                   timeout=1500 if device == "cpu" else 600, processes=gpus)
+    result: dict = {"flags": flags, "gpus": gpus, "log": run.log, "ok": run.ok, "wall_seconds": round(run.seconds, 1)}
     if not run.ok:
         # The log lives in a scratch directory that is gone when the report is read: keep its end.
         result["error"] = "pretrain_gpt.py failed or trained no step"
@@ -108,9 +120,9 @@ def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, d
     timed = run.step_seconds(WARMUP) or run.step_seconds(0)
     step = statistics.median(timed)
     tokens = shape.global_batch * shape.seq
-    tflops = run.probe["flops_per_step"] / step / 1e12
+    tflops = run.probe["flops_per_step"] / step / 1e12 / gpus  # upstream counts the global batch
     peak = bf16_peak(gpu) if device == "cuda" else None
-    est = estimate_for(shape, flags, tree, device)
+    est = estimate_for(shape, flags, tree, device, gpus)
     measured = run.probe.get("peak_bytes")
     result.update({
         "step_seconds": step, "steps_timed": len(timed), "step_seconds_each": run.probe["step_seconds"],
@@ -123,6 +135,45 @@ def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, d
         "attention_kernels": run.probe.get("attention_ops", {}), "sdpa_calls": run.probe.get("sdpa", {}),
         "optimizers": run.probe.get("optimizers", []),
     })
+    return result
+
+
+def paths_to_train(tree: Path, device: str, gpu: dict, baseline: Path | None, skip_cp: bool) -> dict:
+    """{path: (tree, flags, GPUs)}: the fast and explicit paths on one GPU, the baseline tree's, and
+    context parallel 2 on two GPUs where there are two."""
+    paths = {"fast": (tree, list(FAST_FLAGS), 1), "explicit": (tree, [*FAST_FLAGS, "--attention-backend", "unfused"], 1)}
+    if baseline:
+        paths["baseline"] = (baseline.resolve(), list(OLD_FLAGS), 1)
+    if not skip_cp and device == "cuda" and gpu["count"] >= 2:
+        paths["cp2"] = (tree, [*FAST_FLAGS, *CONTEXT_PARALLEL], 2)
+    return paths
+
+
+def compare_losses(cp1: dict[int, float], cp2: dict[int, float], steps: int) -> dict:
+    """The exactness check's verdict: every iteration logged by both, and the largest relative
+    difference of context parallel 2's loss from context parallel 1's."""
+    complete = sorted(cp1) == sorted(cp2) == list(range(1, steps + 1))
+    worst = max(abs(cp2[i] - cp1[i]) / abs(cp1[i]) for i in cp1) if complete else None
+    return {"losses_cp1": [cp1[i] for i in sorted(cp1)], "losses_cp2": [cp2[i] for i in sorted(cp2)],
+            "max_relative_difference": worst, "tolerance": CP_RELATIVE,
+            "ok": complete and worst <= CP_RELATIVE}
+
+
+def context_parallel_exactness(tree: Path, steps: int, workdir: Path) -> dict:
+    """CP 2 (two gloo processes) against CP 1 (one), the tiny shape in fp32 on the CPU, the same
+    global batch and seed: one process holds the whole sequence, two hold two chunks each."""
+    flags = [flag for flag in FAST_FLAGS if flag != "--bf16"]
+    runs = {}
+    for cp in (1, 2):
+        print(f"context parallel {cp}: {TINY.name} in fp32 on the CPU, {cp} process(es), {steps} steps ...", flush=True)
+        argv = [*TINY.args(), *flags, "--context-parallel-size", str(cp), *run_schedule(steps)]
+        runs[cp] = pretrain(tree, argv, workdir / f"exactness-cp{cp}", device="cpu", processes=cp, timeout=1500)
+    result = {"mode": "exactness", "device": "cpu", "shape": vars(TINY), "dtype": "float32",
+              **compare_losses(runs[1].losses(), runs[2].losses(), steps)}
+    failed = [cp for cp, run in runs.items() if not run.ok]
+    if failed:  # its log's scratch directory is gone when the report is read: keep its end
+        result.update(ok=False, error=f"pretrain_gpt.py with context parallel {failed[0]} failed or trained no step",
+                      log_tail=_tail(Path(runs[failed[0]].log)))
     return result
 
 
@@ -155,6 +206,8 @@ def main() -> int:
     parser.add_argument("--cpu-memory", action="store_true", help="on the CPU, also measure the peak (slower)")
     parser.add_argument("--rounds", type=int, default=1, help="train every path this many times, alternating; "
                         "times are the median over rounds (for a shared machine)")
+    parser.add_argument("--skip-context-parallel", action="store_true",
+                        help="leave out the context-parallel run (two GPUs) or exactness check (one GPU or none)")
     args = parser.parse_args()
     tree = args.target.resolve()
     missing = [name for name in ("megatron/core", *TREE_FILES) if not (tree / name).exists()]
@@ -172,20 +225,27 @@ def main() -> int:
             print("smoke on the GPU ...", flush=True)
             report["smoke"] = run_smoke(tree, work)
             print(f"smoke: {'passed' if report['smoke']['ok'] else 'FAILED'}", flush=True)
-        paths = {"fast": (tree, list(FAST_FLAGS)), "explicit": (tree, [*FAST_FLAGS, "--attention-backend", "unfused"])}
-        if args.baseline_tree:
-            paths["baseline"] = (args.baseline_tree.resolve(), list(OLD_FLAGS))
+        paths = paths_to_train(tree, device, gpu, args.baseline_tree, args.skip_context_parallel)
+        cp_throughput = "cp2" in paths
         rounds: dict[str, list[dict]] = {name: [] for name in paths}
         for index in range(args.rounds):  # the paths alternate, so a change in the machine's load hits each alike
-            for name, (path_tree, flags) in paths.items():
-                print(f"training {shape.name}, {name} path, {steps} steps (round {index + 1}/{args.rounds}) ...", flush=True)
+            for name, (path_tree, flags, gpus) in paths.items():
+                print(f"training {shape.name}, {name} path on {gpus} {device.upper()}(s), {steps} steps "
+                      f"(round {index + 1}/{args.rounds}) ...", flush=True)
                 rounds[name].append(measure(name, path_tree, shape, flags, steps, device, gpu, work / str(index),
-                                            args.cpu_memory))
+                                            args.cpu_memory, gpus))
         for name, runs in rounds.items():
             report["paths"][name] = combine(runs)
         fast, explicit = report["paths"]["fast"], report["paths"]["explicit"]
         if fast.get("ok") and explicit.get("ok"):
             report["fast_over_explicit_tokens_per_second"] = fast["tokens_per_second"] / explicit["tokens_per_second"]
+        if cp_throughput:
+            cp2 = report["paths"]["cp2"]
+            report["context_parallel"] = {"mode": "throughput", "gpus": 2, "sequence": shape.seq, "ok": bool(cp2.get("ok")),
+                                          "cp2_over_cp1_tokens_per_second": cp2["tokens_per_second"] / fast["tokens_per_second"]
+                                          if cp2.get("ok") and fast.get("ok") else None}
+        elif not args.skip_context_parallel:
+            report["context_parallel"] = context_parallel_exactness(tree, steps, work / "context-parallel")
         if "baseline" in report["paths"] and fast.get("ok") and report["paths"]["baseline"].get("ok"):
             baseline = report["paths"]["baseline"]
             report["baseline_over_fast_step_time"] = baseline["step_seconds"] / fast["step_seconds"]
@@ -195,7 +255,8 @@ def main() -> int:
     print(f"written: {args.out}")
     failed = [n for n, p in report["paths"].items() if not p.get("ok")]
     smoke_failed = report["smoke"] is not None and not report["smoke"]["ok"]
-    return 1 if failed or smoke_failed else 0
+    cp_failed = "context_parallel" in report and not report["context_parallel"]["ok"]
+    return 1 if failed or smoke_failed or cp_failed else 0
 
 
 def _tail(log: Path, lines: int = 25) -> list[str]:
@@ -222,6 +283,16 @@ def print_summary(report: dict) -> None:
               f"{peak:>9} {p['estimate_gib']:8.2f}  {kernels}")
     if "fast_over_explicit_tokens_per_second" in report:
         print(f"fast / explicit tokens/s: {report['fast_over_explicit_tokens_per_second']:.2f}x")
+    cp = report.get("context_parallel")
+    if cp and cp["mode"] == "throughput" and cp["cp2_over_cp1_tokens_per_second"]:
+        print(f"context parallel 2 (2 GPUs) / 1 (1 GPU) tokens/s at sequence {cp['sequence']}: "
+              f"{cp['cp2_over_cp1_tokens_per_second']:.2f}x")
+    elif cp and cp["mode"] == "exactness":
+        worst = cp["max_relative_difference"]
+        print(f"context parallel 2 against 1 (fp32, CPU, {len(cp['losses_cp1'])} iterations): "
+              + (f"largest relative loss difference {worst:.1e} ({'ok' if cp['ok'] else 'FAILED'}, tolerance {cp['tolerance']:g})"
+                 if worst is not None else f"FAILED: {cp.get('error', 'iterations missing')}"))
+        print("\n".join(f"    {line}" for line in cp.get("log_tail", [])))
     if "baseline_over_fast_step_time" in report:
         print(f"step time, baseline (recipes before the fast path) / fast: {report['baseline_over_fast_step_time']:.2f}x wall, "
               f"{report['baseline_over_fast_step_cpu_time']:.2f}x CPU time")

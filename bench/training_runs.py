@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -79,6 +80,10 @@ LLAMA3_8B = Shape("llama3-8b shape", 4, 4096, 14336, 32, 8, 8192, 128256, 1, 8)
 TINY = Shape("tiny llama", 2, 64, 176, 4, 2, 128, 512, 2, 4)
 
 
+# One iteration's line of Megatron's training log: its number and lm loss.
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+) \|")
+
+
 def run_schedule(iters: int) -> list[str]:
     return ["--train-iters", str(iters), "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine",
             "--lr-warmup-iters", "1", "--weight-decay", "0.1", "--adam-beta2", "0.95", "--clip-grad", "1.0",
@@ -98,10 +103,16 @@ class Run:
     def step_seconds(self, warmup: int) -> list[float]:
         return self.probe.get("step_seconds", [])[warmup:]
 
+    def losses(self) -> dict[int, float]:
+        """{iteration: lm loss} as the training log printed them."""
+        text = Path(self.log).read_text() if self.log else ""
+        return {int(m[1]): float(m[2]) for m in ITERATION.finditer(text)}
+
 
 def pretrain(tree: Path, argv: list[str], workdir: Path, *, device: str, memory: bool = False,
-             profile_step: int = 0, timeout: float = 600, env: dict | None = None) -> Run:
-    """torchrun --nproc-per-node 1 pretrain_gpt.py ARGV under the probe; CPU runs add --distributed-backend gloo."""
+             profile_step: int = 0, timeout: float = 600, env: dict | None = None, processes: int = 1) -> Run:
+    """torchrun --nproc-per-node PROCESSES pretrain_gpt.py ARGV under the probe (rank 0's is read);
+    CPU runs add --distributed-backend gloo."""
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "probe"
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_"))}
@@ -111,7 +122,7 @@ def pretrain(tree: Path, argv: list[str], workdir: Path, *, device: str, memory:
     if device == "cpu":
         child_env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
         argv = ["--distributed-backend", "gloo", *argv]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", str(PROBE),
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), str(PROBE),
                str(tree / "pretrain_gpt.py"), *argv]
     start = time.perf_counter()
     try:
@@ -125,10 +136,10 @@ def pretrain(tree: Path, argv: list[str], workdir: Path, *, device: str, memory:
     return Run(ok and bool(probe.get("step_seconds")), time.perf_counter() - start, probe, str(workdir / "pretrain_gpt.log"))
 
 
-def estimate_for(shape: Shape, flags: list[str], tree: Path, device: str):
-    """rocmpatch's estimate (rocmpatch/recipes/memory.py) of this run's memory per GPU, with
-    upstream's model read from the tree."""
+def estimate_for(shape: Shape, flags: list[str], tree: Path, device: str, gpus: int = 1):
+    """rocmpatch's estimate (rocmpatch/recipes/memory.py) of this run's memory per GPU on `gpus`
+    GPUs, with upstream's model read from the tree."""
     from rocmpatch.recipes.memory import estimate, upstream_model
 
-    return estimate(shape.recipe_args(flags), shape.vocab, 1, upstream=upstream_model("core_v0.19.0", tree),
+    return estimate(shape.recipe_args(flags), shape.vocab, gpus, upstream=upstream_model("core_v0.19.0", tree),
                     device="cpu" if device == "cpu" else "gpu")

@@ -1,6 +1,7 @@
 """bench/train_throughput.py, the one training benchmark: its flags are the recipe's, and on the CPU (the
-tiny shape) it trains both paths and writes its JSON. The CPU run needs upstream's pretrain_gpt.py (the
-full tree of the mirror, ROCMPATCH_TEST_UPSTREAM); the GPU run is documented in docs/validation.md."""
+tiny shape) it trains both paths, runs the context-parallel exactness check (CP 2 against CP 1) and
+writes its JSON. The CPU run needs upstream's pretrain_gpt.py (the full tree of the mirror,
+ROCMPATCH_TEST_UPSTREAM); the GPU run is documented in docs/validation.md."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.series.core_v0_19_0.test_training import tree019  # noqa: F401 (a fix
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
+from train_throughput import compare_losses, paths_to_train  # noqa: E402
 from training_runs import FAST_FLAGS, LLAMA3_8B, Shape  # noqa: E402
 
 
@@ -53,6 +55,27 @@ def test_the_gpu_shape_is_the_recipes_with_fewer_layers():
     assert LLAMA3_8B.vocab == find("llama3-8b").vocab_size and LLAMA3_8B.layers < args["--num-layers"]
 
 
+@pytest.mark.parametrize("device, count, cp2", [("cuda", 2, True), ("cuda", 8, True), ("cuda", 1, False), ("cpu", 0, False)])
+def test_context_parallel_2_trains_on_two_gpus_where_there_are_two(tmp_path, device, count, cp2):
+    paths = paths_to_train(tmp_path, device, {"count": count}, None, skip_cp=False)
+    assert ("cp2" in paths) is cp2
+    if cp2:
+        tree, flags, gpus = paths["cp2"]
+        assert gpus == 2 and flags == [*FAST_FLAGS, "--context-parallel-size", "2"]  # the fast path's, split in two
+    assert "cp2" not in paths_to_train(tmp_path, device, {"count": count}, None, skip_cp=True)
+
+
+def test_exactness_verdict_needs_every_iteration_within_1e_4():
+    cp1 = {1: 6.24304, 2: 6.247252, 3: 6.241036}
+    assert compare_losses(cp1, dict(cp1), 3)["ok"] and compare_losses(cp1, dict(cp1), 3)["max_relative_difference"] == 0.0
+    near = {**cp1, 2: cp1[2] * (1 + 5e-5)}
+    assert compare_losses(cp1, near, 3)["ok"]
+    off = compare_losses(cp1, {**cp1, 3: cp1[3] * (1 + 2e-4)}, 3)
+    assert not off["ok"] and off["max_relative_difference"] == pytest.approx(2e-4)
+    missing = compare_losses(cp1, {1: cp1[1], 2: cp1[2]}, 3)
+    assert not missing["ok"] and missing["max_relative_difference"] is None
+
+
 @pytest.mark.upstream
 def test_cpu_run_writes_both_paths(tree019, tmp_path):  # noqa: F811 (the full tree, from test_training)
     out = tmp_path / "result.json"
@@ -69,6 +92,11 @@ def test_cpu_run_writes_both_paths(tree019, tmp_path):  # noqa: F811 (the full t
     assert any("flash_attention" in name for name in fast["attention_kernels"])  # the CPU's flash kernel
     assert fast["optimizers"] == [{"class": "AdamW", "fused": True, "foreach": None}]
     assert "fast / explicit tokens/s" in proc.stdout
+    # No second GPU: context parallel 2 against 1 in fp32 on the CPU, the same losses at every iteration.
+    cp = report["context_parallel"]
+    assert cp["mode"] == "exactness" and cp["ok"] and "cp2" not in report["paths"], cp
+    assert len(cp["losses_cp1"]) == 3 and cp["max_relative_difference"] <= 1e-4
+    assert "context parallel 2 against 1 (fp32, CPU, 3 iterations): largest relative loss difference" in proc.stdout
 
 
 def test_a_failed_round_fails_the_path_and_keeps_the_end_of_its_log(tmp_path):
