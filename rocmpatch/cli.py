@@ -68,8 +68,10 @@ class Group(_OneLineUsage, click.Group):
 
 
 # --- shared options, declared once ------------------------------------------------------------
-def target_option(command: Callable) -> Callable:
-    return click.option("--target", "-t", "target", type=PATH, required=True, help="The Megatron-LM checkout.")(command)
+def target_option(command: Callable | None = None, *, required: bool = True, help: str = "The Megatron-LM checkout.") -> Callable:
+    def decorate(command: Callable) -> Callable:
+        return click.option("--target", "-t", "target", type=PATH, required=required, help=help)(command)
+    return decorate(command) if command is not None else decorate
 
 
 def upstream_url_option(command: Callable) -> Callable:
@@ -169,18 +171,21 @@ def apply(target, upstream_url, series_dir, release, overlay, dry_run) -> None:
 
 
 @app.command()
-@target_option
+@target_option(required=False, help="The Megatron-LM checkout (or --installed).")
+@click.option("--installed", is_flag=True, help="Instead of a checkout: the megatron package that --python imports (core, training; __pycache__ and compiled helpers aside).")
+@click.option("--python", "python", metavar="PY", help="With --installed: the interpreter to ask [default: the one running rocmpatch].")
 @series_dir_option
 @release_option
 @overlay_option
 @json_option
 @upstream_url_option
 @click.option("--strict", is_flag=True, help="Also fail on ignored files Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__ or files hidden by .git/info/exclude.")
-def verify(target, series_dir, release, overlay, as_json, upstream_url, strict) -> None:
-    """Exit 0 only if TARGET is byte for byte the pin plus the series; else list what differs."""
+def verify(target, installed, python, series_dir, release, overlay, as_json, upstream_url, strict) -> None:
+    """Exit 0 only if TARGET (or the installed megatron package) is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run
 
-    _run(run, target=target, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json, upstream_url=upstream_url, strict=strict)
+    _run(run, target=target, installed=installed, python=python, series_dir=series_dir, release=release, overlay=overlay,
+         as_json=as_json, upstream_url=upstream_url, strict=strict)
 
 
 @app.command()

@@ -6,7 +6,7 @@ from pathlib import Path
 from rocmpatch.operations import verifying
 from rocmpatch.commands import load_selected
 from rocmpatch.console import emit_json, out
-from rocmpatch.errors import ExitCode
+from rocmpatch.errors import ExitCode, UsageError
 
 LISTED = 20  # paths listed in text; more (a foreign checkout: thousands) are counted, --json has them all
 UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
@@ -16,8 +16,19 @@ IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a 
                 "verified source when its header matches): --strict counts them; remove them, or verify before running anything")
 
 
-def run(*, target: Path, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None,
-        strict: bool = False, overlay: Path | None = None) -> ExitCode:
+def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None,
+        strict: bool = False, overlay: Path | None = None, installed: bool = False, python: str | None = None) -> ExitCode:
+    if installed or python is not None:
+        if target is not None or strict:
+            raise UsageError(f"{'--target' if target is not None else '--strict'} does not go with --installed",
+                             hint="--installed checks the package an interpreter imports; --target DIR checks a checkout")
+        from rocmpatch.commands import verify_installed
+
+        return verify_installed.run(python=python, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json,
+                                    upstream_url=upstream_url)
+    if target is None:
+        raise UsageError("give --target DIR (a checkout) or --installed (the megatron package a Python imports)",
+                         hint="'rocmpatch verify --help' lists the options")
     loaded = load_selected(series_dir, release, overlay, target=target)
     report = verifying.verify(loaded, target, url_override=upstream_url, strict=strict)
     if as_json:
