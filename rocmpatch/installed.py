@@ -124,7 +124,7 @@ def _interpreter(python: str) -> str:
     if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
         raise UsageError(f"--python {python}: no such interpreter" + ("" if os.sep in python else " on PATH"),
                          hint="give the path of the Python whose megatron to check, e.g. /opt/venv/bin/python")
-    return path
+    return os.path.abspath(path)  # it runs in an empty directory; a venv's symlink is kept (not resolved)
 
 
 def _is_checkout(directory: Path) -> bool:

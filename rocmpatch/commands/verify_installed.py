@@ -54,6 +54,8 @@ def run(*, python: str | None, series_dir: Path | None, release: str | None, ove
     if report.ok:
         out.print(f"verified: {parts} exactly the patched tree of {stack} (tree {report.expected_tree})", markup=False)
         return ExitCode.OK
-    closest = f" (the closest of {', '.join(report.candidates)})" if report.candidates else ""
+    closest = f" (the closest of {', '.join(report.candidates)})" if len(report.candidates) > 1 else ""
+    for release in report.not_cached:
+        out.print(f"not compared with release {release}: never applied with this cache ('--release {release}' fetches its pin and compares)", markup=False)
     out.print(f"{parts} not the patched tree of {stack}{closest} ({len(report.differences)} path(s))", markup=False)
     return ExitCode.CHECK_FAILED

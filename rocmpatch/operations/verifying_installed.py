@@ -63,6 +63,7 @@ class InstalledReport:
     pycache: int = 0  # __pycache__ directories left out
     lock_problems: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # the releases compared with, when none was named
+    not_cached: list[str] = field(default_factory=list)  # the releases not compared: never applied here
 
     @property
     def found(self) -> bool:
@@ -77,7 +78,7 @@ class InstalledReport:
             "ok": self.ok, "python": self.python, "executable": self.executable, "python_version": self.version,
             "release": self.release, "overlay": self.overlay, "expected_tree": self.expected_tree, "found": self.found,
             "parts": [{"prefix": p.prefix, "path": p.path, "checkout": p.checkout, "files": p.files} for p in self.parts],
-            "other_packages": self.others, "lock_problems": self.lock_problems, "candidates": self.candidates,
+            "other_packages": self.others, "lock_problems": self.lock_problems, "candidates": self.candidates, "not_cached": self.not_cached,
             "not_compared": {"pycache_dirs": self.pycache, "compiled": self.compiled, "not_installed": self.not_installed},
             "differences": [{"path": d.path, "kind": d.kind, "patches": d.patches} for d in self.differences],
         }
@@ -85,9 +86,11 @@ class InstalledReport:
 
 def verify_installed(candidates: list[LoadedSeries], python: str, *, url_override: str | None = None) -> InstalledReport:
     """The report for the first candidate (a release, with its overlay) the package is exactly;
-    else for the one it differs from least. Candidates whose pin is in the cache come first; the
-    others are fetched only when none of those is the answer."""
-    ordered = sorted(candidates, key=lambda loaded: not store.commit_path(loaded.require_lock().upstream.commit).is_dir())
+    else for the one it differs from least. Of several candidates (no release named), only those
+    whose pin is in rocmpatch's cache (a release applied on this machine) are compared, unless
+    none is: nothing is fetched to try a release that was never applied here."""
+    cached = [loaded for loaded in candidates if store.commit_path(loaded.require_lock().upstream.commit).is_dir()]
+    ordered = cached if len(candidates) > 1 and cached else candidates
     located: dict[tuple[str, ...], installed.Located] = {}
     reports = []
     for loaded, (tree, listing, problems) in zip(ordered, _expected_trees(ordered, url_override)):
@@ -102,6 +105,7 @@ def verify_installed(candidates: list[LoadedSeries], python: str, *, url_overrid
     report = reports[-1] if reports[-1].ok else min(reports, key=lambda r: (not r.found, len(r.differences) + len(r.lock_problems)))
     if len(candidates) > 1:
         report.candidates = [loaded.location.release for loaded in ordered[:len(reports)]]
+        report.not_cached = [loaded.location.release for loaded in candidates if not any(loaded is taken for taken in ordered)]
     return report
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -15,7 +16,10 @@ from click.testing import CliRunner
 from rocmpatch import gitcmd
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode
-from tests.fixtures import Upstream, commit_all, make_series, patch_texts, replace_line, write_files, write_overlay_lock, write_series_dir
+from rocmpatch import store
+from rocmpatch.operations import locking
+from tests.fixtures import (Upstream, commit_all, make_series, patch_texts, replace_line, write_files, write_lock, write_overlay_lock,
+                            write_series, write_series_dir)
 from tests.installing import install, make_venv
 
 PYPROJECT = """\
@@ -140,9 +144,10 @@ def test_an_editable_install_is_the_checkout_itself_modes_included(cli, checkout
 
 
 def test_pythonpath_to_the_checkout_is_a_checkout(cli, checkout, tmp_path, monkeypatch):
-    python = make_venv(tmp_path / "venv")
+    make_venv(tmp_path / "venv")
     monkeypatch.setenv("PYTHONPATH", str(checkout))
-    code, report = verify(cli, python)
+    monkeypatch.chdir(tmp_path)
+    code, report = verify(cli, Path("venv/bin/python"))  # a relative path, as typed
     assert code == 0, report
     assert all(part["checkout"] for part in report["parts"])
 
@@ -169,6 +174,30 @@ def test_an_overlay_is_verified_with_the_overlay(cli, project, upstream, tmp_pat
     assert report["overlay"] == str(overlay)
     code, report = verify(cli, python)  # the release alone: the overlay's change is a difference
     assert code == 1 and [(d["path"], d["kind"]) for d in report["differences"]] == [("megatron/core/model.py", "edited")]
+
+
+def test_without_release_only_releases_applied_here_are_compared(cli, project, upstream, checkout, tmp_path):
+    write_files(upstream.path, {"megatron/core/model.py": MODEL + "# v2\n"})
+    later = commit_all(upstream.path, "v2")
+    gitcmd.run(gitcmd.open_repo(upstream.path), "tag", "v2.0")
+    v2 = Upstream(upstream.path, "v2.0", later, gitcmd.tree_of(gitcmd.open_repo(upstream.path), later), later)
+    v2_patch = {"megatron/core/model.py": replace_line(MODEL + "# v2\n", "return 3\n", "return 33  # rocm\n"), "megatron/training/rocm.py": "ROCM = 1\n"}
+    v2_series = write_series(project.series_dir.parent.parent, patch_texts(v2, [("rocm-model", v2_patch)]), release="test_v2")
+    write_lock(v2_series, locking.Pin(upstream.url, "v2.0", later))
+    shutil.rmtree(store.commit_path(later))  # `lock` fetched it; on this machine only test_v1 was applied
+    python = install(checkout, tmp_path / "venv")
+    every_release = project.series_dir.parent  # patchsets/, not one release's folder
+
+    def verify_with(*extra):
+        result = cli("verify", "--installed", "--python", str(python), "--json", *extra, series_dir=every_release)
+        return result.exit_code, json.loads(result.stdout)
+
+    code, report = verify_with()
+    assert code == 0 and report["release"] == "test_v1" and report["not_cached"] == ["test_v2"]
+    assert not store.commit_path(later).exists()  # nothing fetched for a release never applied here
+    code, report = verify_with("--release", "test_v2")
+    assert code == 1 and report["release"] == "test_v2" and store.commit_path(later).exists()
+    assert [(d["path"], d["kind"]) for d in report["differences"]] == [("megatron/core/model.py", "edited")]
 
 
 def test_no_megatron_is_a_no_with_what_to_do(cli, tmp_path):
