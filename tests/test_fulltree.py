@@ -73,3 +73,24 @@ def test_status_shows_everything_applied(patched, real_series):
     report = json.loads(invoke(real_series, "status", "--target", str(patched), "--json").stdout)
     assert {p["state"] for p in report["patches"]} == {"applied"}
     assert gitcmd.dirty_paths(gitcmd.open_repo(patched)) == []
+
+
+def test_pip_install_of_the_patched_tree_is_verified_installed(patched, real_series, upstream_mirror, tmp_path):
+    """`pip install ./Megatron-LM` (a wheel built by the tree's own setup, helpers compiled) and
+    `pip install -e`: verify --installed names the release; the checkout still verifies (the
+    build's leftovers are ignored by the tree's own .gitignore)."""
+    import json
+
+    pytest.importorskip("pybind11", reason="the tree's setup.py builds its helpers with pybind11 (in its requirements)")
+    from tests.installing import install
+
+    for editable in (False, True):
+        python = install(patched, tmp_path / f"venv-{'editable' if editable else 'wheel'}", editable=editable)
+        result = invoke(real_series, "verify", "--installed", "--python", str(python), "--json", "--upstream-url", str(upstream_mirror))
+        assert result.stdout, result.stderr
+        report = json.loads(result.stdout)
+        assert result.exit_code == 0, report["differences"][:5]
+        assert report["release"] == real_series.release
+        assert {part["checkout"] for part in report["parts"]} == {editable}
+        assert "megatron/core" in {part["prefix"] for part in report["parts"]} or report["parts"][0]["prefix"] == "megatron"
+    assert invoke(real_series, "verify", "--target", str(patched)).exit_code == 0
