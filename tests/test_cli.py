@@ -66,7 +66,7 @@ def test_click_usage_errors_are_one_line_with_a_hint():
 
     cases = {
         ("verfy",): "'rocmpatch --help' lists the commands",
-        ("verify",): "verify: Missing option '--target'",
+        ("status",): "status: Missing option '--target'",
         ("recipe", "launch", "llama3-8b", "-t", "x", "--train-iters", "5"): "Megatron's own flags go after `--`",
         ("smoke", "-t", "x", "--device", "gpuu"): "'rocmpatch smoke --help' lists the options",
     }
