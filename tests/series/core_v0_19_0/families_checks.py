@@ -113,6 +113,22 @@ def check_mla() -> dict:
         except Exception as exc:  # noqa: BLE001
             result["mla"] = {"error": error_text(exc)}
 
+        # DeepSeek-V2-Lite's attention: no query latent, the key-value latent normed (mla-local-no-q-lora).
+        config.q_lora_rank = None
+        try:
+            attention = build_module(attention_spec, config=config, layer_number=1)
+            hidden = torch.randn(32, 2, 64, requires_grad=True)
+            output, _ = attention(hidden, attention_mask=None)
+            output.sum().backward()
+            result["mla_without_q_lora"] = {
+                "error": None, "q_proj": type(attention.linear_q_proj).__name__,
+                "q_norm": type(getattr(attention, "q_layernorm", None)).__name__,
+                "kv_norm": type(attention.kv_layernorm).__name__, "shape": list(output.shape),
+                "finite": bool(torch.isfinite(output).all() and torch.isfinite(hidden.grad).all())}
+        except Exception as exc:  # noqa: BLE001
+            result["mla_without_q_lora"] = {"error": error_text(exc)}
+        config.q_lora_rank = 32
+
         # Query/key heads of 24 (16 + 8), value heads of 16, as MLASelfAttention builds it.
         query, key = torch.randn(2, 32, 2, 4, 24).unbind(0)
         value = torch.randn(32, 2, 4, 16)
@@ -129,6 +145,20 @@ def check_mla() -> dict:
             context = core(query, key, value, attention_mask=None)
             paths[backend] = {"sdpa": bool(getattr(core, "use_sdpa", False)), "shape": list(context.shape),
                               "max_err": float((context - expected).abs().max())}
+        # SDPA's flash kernel alone (mla-sdpa-value-pad pads the values to the query/key head size;
+        # without it: "No available kernel").
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        config.attention_backend = type(config.attention_backend).auto
+        core = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self",
+                                   attention_dropout=0.0, softmax_scale=scale, k_channels=24, v_channels=16)
+        try:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                context = core(query, key, value, attention_mask=None)
+            paths["flash"] = {"sdpa": core.use_sdpa, "shape": list(context.shape),
+                              "max_err": float((context - expected).abs().max())}
+        except RuntimeError as exc:
+            paths["flash"] = {"error": error_text(exc)}
         result["dot_product_attention"] = paths
         plain = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self")
         result["default_heads"] = [plain.hidden_size_per_attention_head, plain.hidden_size_per_partition]

@@ -1,7 +1,7 @@
 """core_v0.19.0, model families beyond Llama on the CPU path: DeepSeek-V3 (multi-latent attention
 with YaRN RoPE, shared expert, sigmoid router with expert bias, multi-token prediction), Qwen3-MoE
 and Mixtral shapes with expert parallelism over the alltoall dispatcher. Patches: mla-local-attention,
-fusions-optional (the MLA RoPE kernel), cpu-moe-alltoall, cpu-yarn-rope, cpu-mtp-loss.
+mla-local-no-q-lora, mla-sdpa-value-pad, fusions-optional (the MLA RoPE kernel), cpu-moe-alltoall, cpu-yarn-rope, cpu-mtp-loss.
 
 CI checks run the patched megatron/ of the megatron-core wheel (conftest.tree019) in child
 processes (families_checks.py). The full-tree tests run upstream's own pretrain_gpt.py with its
@@ -115,12 +115,24 @@ def test_mla_attention_with_yarn_rope_runs_on_cpu(mla_and_mtp):
     assert mla["shape"] == [32, 2, 64] and mla["finite"]
 
 
+def test_mla_without_query_latent_builds_with_qk_layernorm(mla_and_mtp):
+    """DeepSeek-V2-Lite's attention on the local implementation: no query latent, so no Q norm and a
+    plain query projection; the key-value latent keeps its norm. Before mla-local-no-q-lora this
+    was a ValueError at model construction."""
+    result = mla_and_mtp["mla"]["mla_without_q_lora"]
+    assert result["error"] is None, result
+    assert result["q_proj"] == "ColumnParallelLinear" and result["kv_norm"] == "RMSNorm"  # torch.nn.RMSNorm
+    assert result["q_norm"] in ("IdentityOp", "NoneType") and result["shape"] == [32, 2, 64] and result["finite"]
+
+
 def test_local_attention_takes_query_key_and_value_head_sizes(mla_and_mtp):
-    """Heads of 24 for query/key and 16 for values, through SDPA and the explicit path, equal plain
-    softmax attention; without k_channels/v_channels both are kv_channels, as before."""
+    """Heads of 24 for query/key and 16 for values, through SDPA (its flash kernel alone too) and the
+    explicit path, equal plain softmax attention; without k_channels/v_channels both are
+    kv_channels, as before."""
     result = mla_and_mtp["mla"]
     paths = result["dot_product_attention"]
     assert paths["auto"]["sdpa"] and not paths["unfused"]["sdpa"]
+    assert paths["flash"].get("sdpa"), paths["flash"]  # the flash kernel alone: values padded (mla-sdpa-value-pad)
     for path in paths.values():
         assert path["shape"] == [32, 2, 64] and path["max_err"] < 1e-5, paths
     assert result["default_heads"] == [result["kv_channels"], 4 * result["kv_channels"]]
