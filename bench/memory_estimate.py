@@ -1,8 +1,8 @@
 """rocmpatch's memory estimate per GPU (rocmpatch/recipes/memory.py) against the measured peak, for
-small Llama-shaped runs of upstream's pretrain_gpt.py on the CPU (the torch path's fast flags, one
-process over gloo, bf16, distributed optimizer, three iterations).
+small Llama-, MoE- and MLA-shaped runs of upstream's pretrain_gpt.py on the CPU (the torch path's
+fast flags, one process over gloo, bf16, distributed optimizer, three iterations).
 
-    python bench/memory_estimate.py --target DIR [--configs A B C]
+    python bench/memory_estimate.py --target DIR [--configs A B C D E]
 
 --target: a Megatron-LM tree with the core_v0.19.0 series applied (`rocmpatch apply`); upstream's
 theoretical_memory_usage.py is read from it. Peak: the live CPU tensor bytes summed from the torch
@@ -29,6 +29,19 @@ CONFIGS = {
     # B with full recompute: each layer keeps only its input
     "C": (Shape("C", 4, 384, 1024, 6, 2, 1024, 2048, 1, 1),
           ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]),
+    # Qwen3-MoE-like: QK norm, heads of 64 apart from hidden / heads, every layer 8 experts top-2
+    "D": (Shape("D", 4, 384, 1024, 6, 2, 1024, 2048, 1, 1),
+          ["--kv-channels", "64", "--qk-layernorm", "--num-experts", "8", "--moe-router-topk", "2",
+           "--moe-ffn-hidden-size", "256", "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-3",
+           "--moe-router-dtype", "fp32", "--moe-token-dispatcher-type", "alltoall"]),
+    # DeepSeek-V2-Lite-like: MLA (kv latent, no q latent, 48 + 16 / 32 heads), the first layer dense,
+    # then 8 experts top-3 with a shared expert
+    "E": (Shape("E", 4, 384, 1024, 6, 6, 1024, 2048, 1, 1),
+          ["--multi-latent-attention", "--kv-lora-rank", "128", "--qk-head-dim", "48", "--qk-pos-emb-head-dim", "16",
+           "--v-head-dim", "32", "--qk-layernorm", "--num-experts", "8", "--moe-layer-freq", "[0,1,1,1]",
+           "--moe-ffn-hidden-size", "256", "--moe-shared-expert-intermediate-size", "512", "--moe-router-topk", "3",
+           "--moe-router-pre-softmax", "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-3",
+           "--moe-router-dtype", "fp32", "--moe-token-dispatcher-type", "alltoall"]),
 }
 
 
@@ -54,8 +67,8 @@ def main() -> int:
             estimated = est.total_gib * 1024
             ratio = estimated / measured
             worst = max(worst, abs(ratio - 1))
-            desc = (f"L{shape.layers} h{shape.hidden} f{shape.ffn} s{shape.seq} b{shape.micro_batch} V{shape.vocab}"
-                    f"{' full-recompute' if extra else ''}")
+            kind = {"C": " full-recompute", "D": " MoE", "E": " MLA+MoE"}.get(name, "")
+            desc = f"L{shape.layers} h{shape.hidden} f{shape.ffn} s{shape.seq} b{shape.micro_batch} V{shape.vocab}{kind}"
             print(f"{name:<7} {desc:<44} {estimated:12.1f} {measured:12.1f} {ratio:8.3f}  {' > '.join(run.probe.get('peak_during', [])[-2:])}")
             print(f"{'':<7} estimate: weights+grads {est.weights_and_grads_gib * 1024:.1f}, optimizer {est.optimizer_gib * 1024:.1f}, "
                   f"activations {est.activations_gib * 1024:.1f} (upstream's formula: {(est.upstream_activations_gib or 0) * 1024:.1f}), "

@@ -54,8 +54,10 @@ class Shape:
     global_batch: int
 
     def args(self) -> list[str]:
+        # groups == heads: no grouped attention (multi-latent attention refuses it)
+        gqa = ["--group-query-attention", "--num-query-groups", str(self.groups)] if self.groups != self.heads else []
         return ["--num-layers", str(self.layers), "--hidden-size", str(self.hidden), "--ffn-hidden-size", str(self.ffn),
-                "--num-attention-heads", str(self.heads), "--group-query-attention", "--num-query-groups", str(self.groups),
+                "--num-attention-heads", str(self.heads), *gqa,
                 "--seq-length", str(self.seq), "--max-position-embeddings", str(self.seq),
                 "--micro-batch-size", str(self.micro_batch), "--global-batch-size", str(self.global_batch),
                 "--vocab-size", str(self.vocab), "--make-vocab-size-divisible-by", "128"]

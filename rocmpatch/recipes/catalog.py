@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from rocmpatch.errors import InvalidInput, UsageError
-from rocmpatch.recipes.memory import Estimate, estimate
+from rocmpatch.recipes.memory import Estimate, estimate, moe_layer_freq
 
 DIRECTORY = Path(__file__).resolve().parent
 TOP_KEYS = {"name", "release", "summary", "vocab_size", "args", "layouts"}
@@ -79,9 +79,7 @@ class Recipe:
         its architecture switches (RoPE, RMSNorm, SwiGLU, GQA, MoE routing, precision, optimizer) kept,
         its sizes, parallel layout and schedule replaced by CPU_SHAPE, over gloo."""
         args = {flag: value for flag, value in self.args.items() if flag not in CPU_DROPPED}
-        shape = dict(CPU_SHAPE)
-        if "--num-experts" in args:
-            shape["--num-experts"] = min(4, _int(args, "--num-experts", 4))
+        shape = {**CPU_SHAPE, **cpu_sizes(args)}
         if "--num-query-groups" not in args:
             shape.pop("--num-query-groups")
         if "--ffn-hidden-size" not in args:
@@ -103,6 +101,33 @@ CPU_SHAPE = {
     "--micro-batch-size": 2, "--global-batch-size": 8,
     "--train-iters": 10, "--lr-warmup-iters": 2, "--eval-interval": 10, "--eval-iters": 2, "--log-interval": 1,
 }
+
+
+# The sizes of MoE and multi-latent attention a CPU run replaces, where a recipe sets them.
+CPU_SIZES = {"--moe-ffn-hidden-size": 32, "--moe-shared-expert-intermediate-size": 32, "--kv-channels": 16,
+             "--q-lora-rank": 32, "--kv-lora-rank": 16, "--qk-head-dim": 16, "--qk-pos-emb-head-dim": 8, "--v-head-dim": 16}
+
+
+def cpu_sizes(args: dict, layers: int = 2) -> dict:
+    """What a recipe's MoE and MLA sizes become in a CPU run of `layers` layers: at most 4 experts
+    (top-k at most 2), the layer pattern's first layer kept (DeepSeek's dense one) and MoE after
+    it, small latent ranks and heads."""
+    sizes = {flag: value for flag, value in CPU_SIZES.items() if flag in args}
+    if "--num-experts" in args:
+        sizes["--num-experts"] = min(4, _int(args, "--num-experts", 4))
+        sizes["--moe-router-topk"] = min(2, _int(args, "--moe-router-topk", 2))
+        if "--moe-layer-freq" in args:  # the recipe's first layer (layer 0 is MoE for a frequency N)
+            freq = moe_layer_freq(args["--moe-layer-freq"], None)
+            first = freq[0] if isinstance(freq, list) else 1
+            sizes["--moe-layer-freq"] = str([first] + [1] * (layers - 1)).replace(" ", "")
+    return sizes
+
+
+def moe_pattern_of(args: dict) -> list[int]:
+    """1 for each MoE layer of the recipe, 0 for each dense one (--moe-layer-freq, upstream's reading)."""
+    layers = _int(args, "--num-layers", 1)
+    freq = moe_layer_freq(args.get("--moe-layer-freq", 1), layers)
+    return freq if isinstance(freq, list) else [1 if i % freq == 0 else 0 for i in range(layers)]
 
 
 def to_argv(args: dict) -> list[str]:
@@ -187,10 +212,15 @@ def _layout_problems(args: dict, world: int) -> list[str]:
         problems.append(f"layers not divisible by PP {pp}")
     if _int(args, "--num-attention-heads", 1) % tp or _int(args, "--num-query-groups", tp) % tp:
         problems.append(f"attention heads / query groups not divisible by TP {tp}")
-    if ep > 1 and (_int(args, "--num-experts", 0) % ep or world % (ep * tp * pp)):
+    etp = _int(args, "--expert-tensor-parallel-size", tp)
+    if ep > 1 and (_int(args, "--num-experts", 0) % ep or world % (ep * etp * pp)):
         problems.append(f"experts or GPUs not divisible by EP {ep}")
     if cp > 1 and _int(args, "--seq-length", 0) % (2 * cp * tp):
         problems.append(f"sequence length not divisible by 2 x CP {cp} x TP {tp} (each CP rank holds two chunks, split over TP)")
+    try:
+        moe_pattern_of(args)
+    except ValueError as exc:
+        problems.append(str(exc))
     if tp > 1 and not args.get("--sequence-parallel"):
         problems.append("TP > 1 without --sequence-parallel (the memory estimate and upstream's advice assume it)")
     return problems

@@ -15,7 +15,13 @@ are reported next to the torch path's own count, which replaces them:
   projection's input (2h), the MLP's input (2h), its fc1 output (4f gated: all the fused
   bias-SwiGLU keeps; 8f unfused) and fc2 input (2f). The explicit attention path
   (--attention-backend unfused) adds upstream's 5 x heads x s for scores, probabilities and mask.
-  MoE layers: the MLP part times top-k, plus the permuted tokens (4h x top-k);
+  MoE layers: the MLP part times top-k, plus the permuted tokens (4h x top-k), the router's fp32
+  logits and probabilities (8 per expert) and a shared expert's MLP; --moe-layer-freq says which
+  layers are MoE. Multi-latent attention (MLA) replaces the attention part: the down projections'
+  input (2h), the latent outputs and their norms' outputs (2(q_lora + kv_lora + rope dim) and again
+  for the norms), the concatenated query and key (2 x 2n(qk + rope)), the values SDPA keeps, padded
+  to the query/key head size for its flash kernels (series patch 0056: 2n(qk + rope)), SDPA's output
+  (2nv) and log-sum-exp, the output projection's input (2nv);
 - the loss (last stage): the final norm and output-layer inputs and, at the start of the backward
   pass, the fp32 softmax, its fp32 gradient and the bf16 gradient (10 bytes per vocabulary entry
   with the native cross-entropy fusion compiled; 6 unfused);
@@ -34,10 +40,19 @@ are reported next to the torch path's own count, which replaces them:
   pass, so the peak takes the larger of activations and temporaries, not their sum.
 Not counted: the runtime and allocator, RCCL/NCCL buffers, fragmentation (a few GiB per GPU).
 bench/memory_estimate.py compares the estimate with the measured peak on CPU.
+
+Upstream's weight count knows MLA (LoRA ranks, decoupled RoPE heads, the latent norms), MoE layer
+patterns, shared experts, routers and MTP layers, and shards experts over expert (tensor) parallel
+ranks; rocmpatch's own count follows it and adds what it leaves out: the QK layer norms of grouped
+attention (2 x head dim per layer) and each MTP layer's input projection and norms (2h^2 + 3h).
+Upstream counts every attention weight as tensor-parallel, although MLA's down projections are
+replicated over TP ranks (the recipes here run MLA at TP 1). Neither counts the router's expert bias
+(a buffer, not trained by the optimizer).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 import types
@@ -139,16 +154,22 @@ def megatron_args(args: dict, vocab_size: int, world_size: int) -> SimpleNamespa
     experts = _int(args, "--num-experts") or None
     ffn = _int(args, "--ffn-hidden-size", 4 * h)
     gqa = bool(args.get("--group-query-attention"))
+    layers = _int(args, "--num-layers")
     return SimpleNamespace(
-        num_layers=_int(args, "--num-layers"), hidden_size=h, ffn_hidden_size=ffn, num_attention_heads=heads,
+        num_layers=layers, hidden_size=h, ffn_hidden_size=ffn, num_attention_heads=heads,
         kv_channels=_int(args, "--kv-channels", h // heads if heads else 0), group_query_attention=gqa,
         num_query_groups=_int(args, "--num-query-groups", heads) if gqa else heads, swiglu=bool(args.get("--swiglu")),
         normalization=args.get("--normalization", "LayerNorm"), add_bias_linear=not args.get("--disable-bias-linear"),
         untie_embeddings_and_output_weights=bool(args.get("--untie-embeddings-and-output-weights")), padded_vocab_size=padded,
         seq_length=_int(args, "--seq-length"), micro_batch_size=_int(args, "--micro-batch-size", 1),
         num_experts=experts, moe_ffn_hidden_size=_int(args, "--moe-ffn-hidden-size", ffn) if experts else None,
-        moe_layer_freq=1, moe_router_topk=_int(args, "--moe-router-topk", 2), moe_shared_expert_intermediate_size=None,
-        moe_latent_size=None, moe_shared_expert_gate=False, mtp_num_layers=None, multi_latent_attention=False,
+        moe_layer_freq=moe_layer_freq(args.get("--moe-layer-freq", 1), layers), moe_router_topk=_int(args, "--moe-router-topk", 2),
+        moe_shared_expert_intermediate_size=_int(args, "--moe-shared-expert-intermediate-size") or None,
+        moe_latent_size=None, moe_shared_expert_gate=bool(args.get("--moe-shared-expert-gate")),
+        mtp_num_layers=_int(args, "--mtp-num-layers") or None, qk_layernorm=bool(args.get("--qk-layernorm")),
+        multi_latent_attention=bool(args.get("--multi-latent-attention")), q_lora_rank=_int(args, "--q-lora-rank") or None,
+        kv_lora_rank=_int(args, "--kv-lora-rank", 32), qk_head_dim=_int(args, "--qk-head-dim", 128),
+        qk_pos_emb_head_dim=_int(args, "--qk-pos-emb-head-dim", 64), v_head_dim=_int(args, "--v-head-dim", 128),
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, world_size=world_size,
         data_parallel_size=world_size // (tp * pp * cp), expert_model_parallel_size=_int(args, "--expert-model-parallel-size", 1),
         expert_tensor_parallel_size=_int(args, "--expert-tensor-parallel-size", tp),
@@ -160,24 +181,90 @@ def megatron_args(args: dict, vocab_size: int, world_size: int) -> SimpleNamespa
 # ---------------------------------------------------------------- the estimate
 
 
+def moe_layer_freq(value, num_layers: int | None) -> int | list[int]:
+    """--moe-layer-freq as upstream's moe_freq_type reads it: N (every Nth layer is MoE, the first
+    included) or a list expression such as ([0]*1+[1]*26) for a pattern of num_layers entries (any
+    length when None). The expression is evaluated as arithmetic on integer lists only (ast), never
+    run as code."""
+    if isinstance(value, int) or "[" not in str(value):
+        return int(value)
+
+    def evaluate(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.List):
+            return [evaluate(item) for item in node.elts]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = evaluate(node.left), evaluate(node.right)
+            if isinstance(node.op, ast.Mult) and max(x if isinstance(x, int) else len(x) for x in (left, right)) > 100_000:
+                raise ValueError(f"--moe-layer-freq {value!r}: too long")
+            return left + right if isinstance(node.op, ast.Add) else left * right
+        raise ValueError(f"--moe-layer-freq {value!r}: only integer lists, + and * are understood")
+
+    try:
+        pattern = evaluate(ast.parse(str(value), mode="eval").body)
+    except (SyntaxError, TypeError) as exc:
+        raise ValueError(f"--moe-layer-freq {value!r}: only integer lists, + and * are understood") from exc
+    length_ok = isinstance(pattern, list) and len(pattern) == (num_layers or len(pattern) or 1)
+    if not length_ok or set(pattern) - {0, 1}:
+        count = f"{num_layers} entries" if num_layers else "entries"
+        raise ValueError(f"--moe-layer-freq {value!r}: expected {count} of 0 (dense) or 1 (MoE)")
+    return pattern
+
+
+def moe_pattern(a: SimpleNamespace) -> list[int]:
+    """1 for each MoE layer, 0 for each dense one."""
+    if not a.num_experts:
+        return [0] * a.num_layers
+    if isinstance(a.moe_layer_freq, list):
+        return list(a.moe_layer_freq)
+    return [1 if i % a.moe_layer_freq == 0 else 0 for i in range(a.num_layers)]
+
+
+def _attention_parameters(a: SimpleNamespace) -> float:
+    h, n = a.hidden_size, a.num_attention_heads
+    if a.multi_latent_attention:
+        norm = 1 if a.normalization == "RMSNorm" else 2
+        q_head = a.qk_head_dim + a.qk_pos_emb_head_dim
+        q = h * n * q_head if a.q_lora_rank is None else a.q_lora_rank * (h + n * q_head + norm)
+        kv = h * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + a.kv_lora_rank * (norm + n * (a.qk_head_dim + a.v_head_dim))
+        return q + kv + n * a.v_head_dim * h
+    q, kv = n * a.kv_channels, a.num_query_groups * a.kv_channels
+    qk_norms = 2 * a.kv_channels * (1 if a.normalization == "RMSNorm" else 2) if a.qk_layernorm else 0
+    return h * (q + 2 * kv) + q * h + qk_norms
+
+
 def _parameters(a: SimpleNamespace) -> tuple[float, float, float, float]:
-    """(total, per GPU, largest tensor per GPU, per GPU over data parallel): rocmpatch's own count."""
-    h, f, L = a.hidden_size, a.ffn_hidden_size, a.num_layers
-    kv = a.num_query_groups * a.kv_channels
+    """(total, per GPU, largest tensor per GPU, per GPU over data parallel): rocmpatch's own count,
+    split as upstream's is: tensor-parallel weights, replicated ones (norms, routers) and routed
+    experts (over expert parallel x expert tensor parallel ranks). Per GPU: the most loaded one,
+    with the first pipeline stage's layers, the MTP layers and the embedding."""
+    h, L = a.hidden_size, a.num_layers
+    gated = 3 if a.swiglu else 2
     experts = a.num_experts or 0
-    attention = h * (a.num_attention_heads * a.kv_channels + 2 * kv) + a.num_attention_heads * a.kv_channels * h
-    mlp = (3 if a.swiglu else 2) * h * f
+    attention = _attention_parameters(a)
     norms = (1 if a.normalization == "RMSNorm" else 2) * 2 * h
+    shared = gated * h * (a.moe_shared_expert_intermediate_size or 0)
+    kinds = {0: (attention + gated * h * a.ffn_hidden_size, norms, 0.0),  # (TP-sharded, replicated, experts)
+             1: (attention + shared, norms + h * experts, experts * gated * h * (a.moe_ffn_hidden_size or 0))}
+    pattern = moe_pattern(a)
+    tp, pp, ep = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.expert_model_parallel_size
+    etp = a.expert_tensor_parallel_size
+    block = [sum(kinds[k][part] for k in pattern) for part in range(3)]
+    block[1] += h  # the final norm
+    mtp_layers = a.mtp_num_layers or 0
+    mtp = [mtp_layers * kinds[pattern[-1]][part] for part in range(3)] if mtp_layers else [0.0, 0.0, 0.0]
+    if mtp_layers:  # its input projection (2h -> h) and the embedding, hidden and output norms
+        mtp[0] += mtp_layers * 2 * h * h
+        mtp[1] += mtp_layers * 1.5 * norms
     embedding = a.padded_vocab_size * h
     untied = a.untie_embeddings_and_output_weights
-    total = L * (attention + (0 if experts else mlp) + experts * mlp + norms + h * experts) + embedding * (2 if untied else 1) + h
-    tp, pp, ep = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.expert_model_parallel_size
-    stage = L / pp
-    dense = stage * ((attention + (0 if experts else mlp)) / tp + norms + h * experts) + embedding / tp
+    total = sum(block) + sum(mtp) + embedding * (2 if untied else 1)
+    dense = (block[0] / pp + mtp[0] + embedding) / tp + block[1] / pp + mtp[1]
     if untied and pp == 1:
         dense += embedding / tp
-    expert = stage * (experts / ep) * mlp / a.expert_tensor_parallel_size if experts else 0.0
-    expert_dp = max(1, a.world_size // (ep * a.expert_tensor_parallel_size * pp))
+    expert = (block[2] / pp + mtp[2]) / (ep * etp)
+    expert_dp = max(1, a.world_size // (ep * etp * pp))
     sharded = dense / _optimizer_shards(a) + expert / expert_dp
     return total, dense + expert, embedding / tp, sharded
 
@@ -217,20 +304,40 @@ def _cp_attention_bytes(a: SimpleNamespace, args: dict, tokens: float) -> float:
     return max(forward, backward) / a.tensor_model_parallel_size
 
 
-def _layer_bytes_per_token(a: SimpleNamespace, args: dict, device: str, moe: bool) -> float:
-    h, f = a.hidden_size, (a.moe_ffn_hidden_size if moe else a.ffn_hidden_size)
-    q = a.num_attention_heads * a.kv_channels
-    kv = a.num_query_groups * a.kv_channels
-    norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
-    rope = 2 * (q + kv) if args.get("--position-embedding-type", "learned_absolute") == "rope" else 0
-    attention = norm + 2 * h + 2 * (q + 2 * kv) + rope + 2 * q + 4 * a.num_attention_heads + 2 * q
+def _attention_bytes_per_token(a: SimpleNamespace, args: dict, norm: float) -> float:
+    h, n = a.hidden_size, a.num_attention_heads
+    if a.multi_latent_attention:
+        q_head = a.qk_head_dim + a.qk_pos_emb_head_dim
+        latents = 2 * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + 2 * a.kv_lora_rank
+        if a.q_lora_rank is not None:
+            latents += 4 * a.q_lora_rank
+        qkv = 2 * 2 * n * q_head + 2 * n * max(q_head, a.v_head_dim)  # values padded to q_head (0056)
+        attention = norm + 2 * h + latents + qkv + 2 * n * a.v_head_dim + 4 * n + 2 * n * a.v_head_dim
+    else:
+        q = n * a.kv_channels
+        kv = a.num_query_groups * a.kv_channels
+        rope = 2 * (q + kv) if args.get("--position-embedding-type", "learned_absolute") == "rope" else 0
+        attention = norm + 2 * h + 2 * (q + 2 * kv) + rope + 2 * q + 4 * n + 2 * q
     if args.get("--attention-backend") == "unfused":
-        attention += 5 * a.num_attention_heads * a.seq_length
+        attention += 5 * n * a.seq_length
+    return attention
+
+
+def _layer_bytes_per_token(a: SimpleNamespace, args: dict, device: str, moe: bool) -> float:
+    h = a.hidden_size
+    norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
+    attention = _attention_bytes_per_token(a, args, norm)
     fused = not args.get("--no-bias-swiglu-fusion") if a.swiglu else not args.get("--no-bias-gelu-fusion")
-    fc1 = (4 * f if fused else 8 * f) if a.swiglu else 2 * f
-    mlp = 2 * h + fc1 + 2 * f
-    if moe:
-        mlp = (mlp + 4 * h) * a.moe_router_topk
+
+    def mlp_bytes(f: int) -> float:
+        fc1 = (4 * f if fused else 8 * f) if a.swiglu else 2 * f
+        return 2 * h + fc1 + 2 * f
+
+    if not moe:
+        return attention + norm + mlp_bytes(a.ffn_hidden_size)
+    mlp = (mlp_bytes(a.moe_ffn_hidden_size) + 4 * h) * a.moe_router_topk + 8 * a.num_experts
+    if a.moe_shared_expert_intermediate_size:
+        mlp += mlp_bytes(a.moe_shared_expert_intermediate_size)
     return attention + norm + mlp
 
 
@@ -258,14 +365,14 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
     s, b, h = a.seq_length, a.micro_batch_size, a.hidden_size
     tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
     tokens = s * b / a.context_parallel_size  # this rank's
-    layer = _layer_bytes_per_token(a, args, device, moe=bool(a.num_experts)) * tokens / tp
-    stage_layers = a.num_layers / pp
+    stage = moe_pattern(a)[:max(1, a.num_layers // pp)]  # the first stage's layers
+    layers = [_layer_bytes_per_token(a, args, device, moe=bool(kind)) * tokens / tp for kind in stage]
     microbatches = max(1, _int(args, "--global-batch-size", b) // (b * a.data_parallel_size))
     in_flight = min(pp, microbatches)
     if a.recompute_granularity == "full":
-        activations = stage_layers * in_flight * 2 * tokens * h / tp + layer
+        activations = len(stage) * in_flight * 2 * tokens * h / tp + max(layers)
     else:
-        activations = stage_layers * in_flight * layer
+        activations = in_flight * sum(layers)
     activations += _cp_attention_bytes(a, args, tokens)
     if pp == 1:
         norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)

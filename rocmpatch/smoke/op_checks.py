@@ -308,12 +308,15 @@ def _run_core_attention(torch, variant: str, device, dtype):
 
 
 # Attention shapes of the recipes per GPU (rocmpatch/recipes/*.yaml: query heads / TP, key-value
-# groups / TP, head dim, sequence): tests/smoke/test_attention_kernels.py keeps this list complete.
+# groups / TP, head dim, sequence, and the value head dim where it differs: multi-latent attention):
+# tests/smoke/test_attention_kernels.py keeps this list complete.
 RECIPE_ATTENTION_SHAPES = (
     ("llama3-8b", 32, 8, 128, 8192),
     ("mixtral-8x7b", 32, 8, 128, 4096),
     ("llama3-70b at TP 8", 8, 1, 128, 8192),
     ("small-radeon", 16, 4, 64, 2048),
+    ("qwen3-30b-a3b", 32, 4, 128, 4096),
+    ("deepseek-v2-lite MLA", 16, 16, 192, 4096, 128),
 )
 ROCM_EXPERIMENTAL_ATTENTION = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
@@ -345,25 +348,30 @@ def _run_attention_kernels(torch, shape, variant: str, device, dtype):
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
-    label, heads, groups, head_dim, seq = shape
+    label, heads, groups, head_dim, seq, *v_head_dim = shape
     if device.type == "cpu":
         seq = 256  # the same code on the CPU's flash kernel, at a size a CPU computes in seconds
     config = _config(torch, hidden_size=heads * head_dim, num_attention_heads=heads, num_query_groups=groups,
                      kv_channels=head_dim, attention_dropout=0.0, bf16=dtype == torch.bfloat16,
                      fp16=dtype == torch.float16, params_dtype=dtype)
-    layer = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self").to(device)
+    # Multi-latent attention's value heads differ: DotProductAttention takes both sizes, as MLA builds it.
+    heads_v = {"k_channels": head_dim, "v_channels": v_head_dim[0]} if v_head_dim else {}
+    v_dim = v_head_dim[0] if v_head_dim else head_dim
+    layer = DotProductAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self",
+                                **heads_v).to(device)
     generator = torch.Generator().manual_seed(5)
 
     def tensor(*size):
         return torch.randn(*size, generator=generator).to(device=device, dtype=dtype).requires_grad_()
 
-    q, k, v = tensor(seq, 1, heads, head_dim), tensor(seq, 1, groups, head_dim), tensor(seq, 1, groups, head_dim)
+    q, k, v = tensor(seq, 1, heads, head_dim), tensor(seq, 1, groups, head_dim), tensor(seq, 1, groups, v_dim)
     mask = None
     if variant == "documents":  # two documents: the second's queries do not see the first's keys
         mask = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(1)
         mask[seq // 2:, :seq // 2] = True
         mask = mask.view(1, 1, seq, seq)
-    where = f"{label} ({heads} heads / {groups} groups x {head_dim}, sequence {seq}, {variant})"
+    sizes = f"{head_dim}/{v_dim}" if v_head_dim else f"{head_dim}"
+    where = f"{label} ({heads} heads / {groups} groups x {sizes}, sequence {seq}, {variant})"
     with warnings.catch_warnings(record=True) as caught, sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         warnings.simplefilter("always")
         try:
@@ -376,7 +384,7 @@ def _run_attention_kernels(torch, shape, variant: str, device, dtype):
     n = min(256, seq)
     ref_mask = None if mask is None else mask[..., :n, :n]
     ref, *_ = _attention_reference(torch, q[:n], k[:n], v[:n], heads // groups, head_dim ** -0.5, mask is None, ref_mask,
-                                   torch.zeros(n, 1, heads * head_dim, device=device))
+                                   torch.zeros(n, 1, heads * v_dim, device=device))
     grads_finite = all(bool(t.grad.isfinite().all()) for t in (q, k, v))
     if not grads_finite:
         raise OutOfTolerance(f"{where}: non-finite gradients")

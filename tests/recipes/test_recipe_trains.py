@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocmpatch.recipes.catalog import find, names, to_argv
+from rocmpatch.recipes.catalog import cpu_sizes, find, names, to_argv
+from tests.series.core_v0_19_0.test_families import DEEPSEEK_BASE
 from tests.series.core_v0_19_0.test_training import assert_learns, pretrain_gpt, tree019  # noqa: F401,F811 (a fixture)
 
 pytestmark = pytest.mark.upstream
@@ -30,9 +31,13 @@ def test_scaled_down_recipe_trains(name, tree019):  # noqa: F811 (the fixture im
     recipe = find(name)
     layout = recipe.layouts[0]
     kept = {flag: value for flag, value in recipe.merged_args(layout).items() if flag not in SCALED_AWAY}
-    if "--num-experts" in kept:
-        kept["--num-experts"] = 4  # a multiple of the two processes, small enough for the CPU
-    losses, _ = pretrain_gpt(tree019, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
+    kept.update(cpu_sizes(kept))  # MoE and MLA sizes too: at most 4 experts (a multiple of the two processes)
+    if "--expert-model-parallel-size" in recipe.merged_args(layout):
+        kept["--expert-model-parallel-size"] = 2  # the recipe's expert parallelism, over the two processes
+    if kept.get("--multi-latent-attention"):  # MLA has no key-value groups
+        losses, _ = pretrain_gpt(tree019, *to_argv(kept), iters=ITERS, base=DEEPSEEK_BASE)
+    else:
+        losses, _ = pretrain_gpt(tree019, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
     assert_learns(losses, ITERS)
 
 

@@ -9,13 +9,14 @@ from click.testing import CliRunner
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, InvalidInput
 from rocmpatch.recipes.catalog import find, load, names, to_argv
-from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_model
+from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_model, moe_layer_freq
 
 RECIPES = names()
 
 
-def test_the_four_recipes_are_there():
-    assert RECIPES == ["llama3-70b", "llama3-8b", "llama3-8b-32k", "mixtral-8x7b", "small-radeon"]
+def test_the_seven_recipes_are_there():
+    assert RECIPES == ["deepseek-v2-lite", "llama3-70b", "llama3-8b", "llama3-8b-32k", "mixtral-8x7b", "qwen3-30b-a3b",
+                       "small-radeon"]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,8 @@ def test_parameter_counts_match_the_models():
     assert 7.9 < params("llama3-8b") < 8.1
     assert 70.0 < params("llama3-70b") < 71.0
     assert 46.0 < params("mixtral-8x7b") < 47.2
+    assert 15.6 < params("deepseek-v2-lite") < 15.8  # config.json's model: 15.7B
+    assert 30.4 < params("qwen3-30b-a3b") < 30.6  # 30.5B
 
 
 def test_memory_estimate_shards_the_optimizer_over_data_parallel():
@@ -275,3 +278,46 @@ def test_show_says_where_weights_and_optimizer_were_counted():
     assert "weights and optimizer states: rocmpatch's own count (no megatron/training/theoretical_memory_usage.py" in shown.replace("\n", " ")
     doc = json.loads(invoke("show", "llama3-8b", "--json").stdout)
     assert doc["layouts"][0]["memory_estimate"]["weights_and_optimizer_from"].startswith("rocmpatch's own count")
+
+
+def test_moe_layer_freq_is_read_as_upstream_reads_it_without_running_code():
+    assert moe_layer_freq("([0]*1+[1]*26)", 27) == [0] + [1] * 26
+    assert moe_layer_freq(2, 4) == 2 and moe_layer_freq("1", 4) == 1
+    for bad in ("[__import__('os')]", "[0]*3", "[0,2]", "[0]*3+1", "[0]*10**12", "[0]*(10000*10000)", "[0"):
+        with pytest.raises(ValueError, match="--moe-layer-freq"):
+            moe_layer_freq(bad, 2)
+
+
+def test_a_bad_moe_layer_pattern_names_the_recipe_layout(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(find("deepseek-v2-lite").path.read_text().replace("([0]*1+[1]*26)", "([0]*1+[1]*25)"))
+    with pytest.raises(InvalidInput, match=r"layout 8gpu: --moe-layer-freq .*expected 27 entries"):
+        load(path)
+
+
+def test_mla_and_moe_counts(upstream_memory):
+    """DeepSeek-V2-Lite: its dense first layer holds the 10944-wide MLP, the other 26 the experts; the
+    torch path's activations count MLA's latents and concatenated heads and six experts' MLPs per
+    token, well above upstream's TE formula (which knows neither). Qwen3's QK norms are ours only."""
+    deepseek = find("deepseek-v2-lite")
+    layout = deepseek.layout_for(8, 1)
+    args = deepseek.merged_args(layout)
+    est = deepseek.estimate(layout, upstream_memory)
+    all_moe = estimate({**args, "--moe-layer-freq": 1}, deepseek.vocab_size, 8, upstream=upstream_memory)
+    assert all_moe.params_total > est.params_total + 60 * 3 * 2048 * 1408 - 3 * 2048 * 10944
+    assert est.activations_gib > 2.5 * est.upstream_activations_gib
+    qwen = find("qwen3-30b-a3b")
+    ours, theirs = qwen.estimate(qwen.layouts[0]), qwen.estimate(qwen.layouts[0], upstream_memory)
+    def state_bytes(est):
+        return (est.weights_and_grads_gib + est.optimizer_gib) * (1 << 30)
+    qk_norms = 48 * 2 * 128 * (6 + 12 / 8)  # bytes per parameter with the distributed optimizer over 8 ranks
+    assert state_bytes(ours) - state_bytes(theirs) == pytest.approx(qk_norms, rel=1e-3)
+
+
+def test_cpu_args_shrink_moe_and_mla_sizes():
+    args = find("deepseek-v2-lite").cpu_args(2)
+    assert args["--num-experts"] == 4 and args["--moe-router-topk"] == 2 and args["--moe-layer-freq"] == "[0,1]"
+    assert (args["--kv-lora-rank"], args["--qk-head-dim"], args["--moe-ffn-hidden-size"]) == (16, 16, 32)
+    assert "--num-query-groups" not in args and args["--multi-latent-attention"] is True
+    qwen = find("qwen3-30b-a3b").cpu_args(2)
+    assert qwen["--kv-channels"] == 16 and "--moe-layer-freq" not in qwen and qwen["--num-query-groups"] == 2

@@ -23,7 +23,11 @@ def test_every_recipe_layout_has_its_attention_shape_checked(name):
         heads = int(args["--num-attention-heads"])
         groups = int(args.get("--num-query-groups", heads))
         cp = int(args.get("--context-parallel-size", 1))  # each GPU's blocks: its s/CP queries
-        shape = (heads // tp, groups // tp, int(args["--hidden-size"]) // heads, int(args["--seq-length"]) // cp)
+        head_dim = int(args.get("--kv-channels", int(args["--hidden-size"]) // heads))
+        shape = (heads // tp, groups // tp, head_dim, int(args["--seq-length"]) // cp)
+        if args.get("--multi-latent-attention"):  # query/key heads of qk + RoPE dims, value heads apart
+            qk = int(args.get("--qk-head-dim", 128)) + int(args.get("--qk-pos-emb-head-dim", 64))
+            shape = (heads // tp, heads // tp, qk, int(args["--seq-length"]) // cp, int(args.get("--v-head-dim", 128)))
         assert shape in covered, (name, layout.name, shape)
 
 
