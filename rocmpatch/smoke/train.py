@@ -7,8 +7,10 @@ count). What every release shares is here: the model's size, the data (--mock-da
 (NullTokenizer with --vocab-size, so nothing is downloaded), precision, backend and parallelism. What
 differs between releases comes from the release's smoke profile (release.yaml `smoke.train`): the
 script (pretrain_gpt.py), flags for every run or platform, and the runs themselves (core_v0.5.0: the
-legacy model path and --use-mcore-models --transformer-impl local). Megatron compiles its dataset
-helpers (megatron/core/datasets/helpers.cpp) at start, with make, a C++ compiler and
+legacy model path and --use-mcore-models --transformer-impl local; core_v0.19.0: a Llama-shaped run
+and a DeepSeek-shaped one). A run with --num-experts gets the expert parallel size too: the largest
+of 8/4/2 dividing the experts and the workers, so the MoE token dispatch crosses them. Megatron
+compiles its dataset helpers (megatron/core/datasets/helpers.cpp) at start, with make, a C++ compiler and
 `python3 -m pybind11`, so those are checked first. Pass: every iteration logged, losses finite, the
 last below the first, for every run. GPU and CPU runs differ only in the Profile below (and the
 profile's cpu-args / gpu-args).
@@ -63,8 +65,31 @@ def tensor_parallel_size(world: int, heads: int) -> int:
     return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
 
 
+def flag_value(flags: list[str], flag: str) -> str | None:
+    """The value of the last `flag` in an argument list (`--flag value` or `--flag=value`), or None."""
+    value = None
+    for index, arg in enumerate(flags):
+        if arg == flag and index + 1 < len(flags):
+            value = flags[index + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def expert_parallel_size(world: int, tp: int, flags: list[str]) -> int:
+    """For a run with --num-experts: the largest of 8/4/2 that divides the expert count and the
+    workers left by the expert tensor parallel size (TP unless the run sets
+    --expert-tensor-parallel-size), so the alltoall dispatch crosses the GPUs; else 1."""
+    experts = flag_value(flags, "--num-experts")
+    if experts is None:
+        return 1
+    etp = int(flag_value(flags, "--expert-tensor-parallel-size") or tp)
+    return next(ep for ep in (8, 4, 2, 1) if world % (ep * etp) == 0 and int(experts) % ep == 0)
+
+
 def pretrain_args(profile: Profile, world: int, iters: int, precision: str | None, flags: list[str]) -> list[str]:
-    """The flags smoke sets for every release, then the release's `flags` (from its smoke profile)."""
+    """The flags smoke sets for every release, then the release's `flags` (from its smoke profile),
+    then the expert parallel size of a run with experts."""
     tp = tensor_parallel_size(world, profile.num_attention_heads)
     m = profile
     args = [
@@ -80,12 +105,14 @@ def pretrain_args(profile: Profile, world: int, iters: int, precision: str | Non
     ]
     if precision:
         args.append(f"--{precision}")
-    return args + list(flags)
+    ep = expert_parallel_size(world, tp, flags)
+    return args + list(flags) + (["--expert-model-parallel-size", str(ep)] if ep > 1 else [])
 
 
 def owned_flags() -> frozenset[str]:
     """The flags pretrain_args sets itself: a release's smoke profile may not set them again."""
-    return frozenset(a for a in pretrain_args(CPU, 2, 2, None, []) if a.startswith("--")) | {"--bf16", "--fp16"}
+    return frozenset(a for a in pretrain_args(CPU, 2, 2, None, []) if a.startswith("--")) | {
+        "--bf16", "--fp16", "--expert-model-parallel-size"}
 
 
 def parse_log(lines: list[str]) -> list[dict[str, float]]:
@@ -179,6 +206,9 @@ def train_once(config: dict[str, Any], train: TrainProfile, one: TrainRun, preci
     steps = parse_log(outcome.stdout)
     run: dict[str, Any] = {"path": path, "args": train.flags(one, platform), "iterations": len(steps),
                            "seconds": round(outcome.seconds, 1)}
+    tp = tensor_parallel_size(world, profile.num_attention_heads)
+    if flag_value(run["args"], "--num-experts") is not None:
+        run["expert_parallel"] = expert_parallel_size(world, tp, run["args"])
     if outcome.timed_out or outcome.returncode != 0 or len(steps) < iters:
         lines = outcome.stdout + outcome.stderr
         culprits, missing = traceback_culprits(lines, target)
@@ -233,8 +263,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     profile = profile_for(platform)
     tp = tensor_parallel_size(world, profile.num_attention_heads)
     where = "CPU" if platform == "cpu" else "GPU"
-    summary = "; ".join(f"{r['path']} loss {r['first_loss']:.2f}->{r['last_loss']:.2f}, "
-                        f"{r['tokens_per_s']} tokens/s" for r in runs)
+    summary = "; ".join(f"{r['path']}{' EP=%d' % r['expert_parallel'] if 'expert_parallel' in r else ''} "
+                        f"loss {r['first_loss']:.2f}->{r['last_loss']:.2f}, {r['tokens_per_s']} tokens/s" for r in runs)
     return {"runs": runs, "precision": precision, "tensor_parallel": tp, "backend": profile.backend,
             "detail": f"GPT {profile.num_layers}x{profile.hidden_size} seq {profile.seq_length}, {precision}, "
                       f"TP={tp} DP={world // tp}, {profile.backend} on {where}, "

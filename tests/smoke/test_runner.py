@@ -152,6 +152,26 @@ def test_train_runs_the_tiny_gpt_over_gloo_on_cpu_and_nccl_on_gpus():
     assert train.profile_for("cpu").iterations == 10 and train.profile_for("cuda").iterations == 20
 
 
+def test_core_v0_19_0_trains_a_deepseek_shape_over_expert_parallel_workers():
+    """The second run of core_v0.19.0's profile: MLA, MoE with MTP; smoke adds the expert parallel
+    size (the largest of 8/4/2 dividing the experts and the workers left by the expert TP size)."""
+    profile = load_profile(RELEASE_0_5_0.parent / "core_v0.19.0")
+    runs = {run.name: run for run in profile.train.runs}
+    assert list(runs) == ["mcore", "deepseek"]
+    flags = profile.train.flags(runs["deepseek"], "cpu")
+    assert {"--multi-latent-attention", "--mtp-num-layers", "--moe-router-enable-expert-bias"} <= set(flags)
+    cpu = train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", flags)
+    assert cpu[-2:] == ["--expert-model-parallel-size", "2"] and "--tensor-model-parallel-size" in cpu
+    for world, ep in ((1, None), (2, "2"), (4, "4"), (8, "8")):
+        args = train.pretrain_args(train.profile_for("rocm"), world, 20, "bf16", flags)
+        assert (args[-1] if args[-2] == "--expert-model-parallel-size" else None) == ep, (world, args[-4:])
+    # expert TP defaults to TP: 8 GPUs at TP 8 leave no room for EP
+    assert train.expert_parallel_size(8, 8, ["--num-experts", "8"]) == 1
+    assert train.expert_parallel_size(8, 2, ["--num-experts", "6"]) == 2
+    assert train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", list(runs["mcore"].args))[-1] == "--disable-bias-linear"
+    assert "--expert-model-parallel-size" in train.owned_flags()
+
+
 def test_nothing_a_stage_started_outlives_it(tmp_path):
     """torchrun's workers run in sessions of their own: they must still be gone when the stage
     returns, even when the stage itself exited normally."""
