@@ -221,16 +221,26 @@ def moe_pattern(a: SimpleNamespace) -> list[int]:
     return [1 if i % a.moe_layer_freq == 0 else 0 for i in range(a.num_layers)]
 
 
+def _norm_weights(a: SimpleNamespace) -> int:
+    """Weights per normalized element: RMSNorm a scale, LayerNorm a scale and a bias."""
+    return 1 if a.normalization == "RMSNorm" else 2
+
+
+def _norm_bytes(h: int, device: str) -> float:
+    """Activation bytes per token a norm keeps: its bf16 input, plus the CPU's fp32 copies."""
+    return 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
+
+
 def _attention_parameters(a: SimpleNamespace) -> float:
     h, n = a.hidden_size, a.num_attention_heads
     if a.multi_latent_attention:
-        norm = 1 if a.normalization == "RMSNorm" else 2
+        norm = _norm_weights(a)
         q_head = a.qk_head_dim + a.qk_pos_emb_head_dim
         q = h * n * q_head if a.q_lora_rank is None else a.q_lora_rank * (h + n * q_head + norm)
         kv = h * (a.kv_lora_rank + a.qk_pos_emb_head_dim) + a.kv_lora_rank * (norm + n * (a.qk_head_dim + a.v_head_dim))
         return q + kv + n * a.v_head_dim * h
     q, kv = n * a.kv_channels, a.num_query_groups * a.kv_channels
-    qk_norms = 2 * a.kv_channels * (1 if a.normalization == "RMSNorm" else 2) if a.qk_layernorm else 0
+    qk_norms = 2 * a.kv_channels * _norm_weights(a) if a.qk_layernorm else 0
     return h * (q + 2 * kv) + q * h + qk_norms
 
 
@@ -243,7 +253,7 @@ def _parameters(a: SimpleNamespace) -> tuple[float, float, float, float]:
     gated = 3 if a.swiglu else 2
     experts = a.num_experts or 0
     attention = _attention_parameters(a)
-    norms = (1 if a.normalization == "RMSNorm" else 2) * 2 * h
+    norms = _norm_weights(a) * 2 * h
     shared = gated * h * (a.moe_shared_expert_intermediate_size or 0)
     kinds = {0: (attention + gated * h * a.ffn_hidden_size, norms, 0.0),  # (TP-sharded, replicated, experts)
              1: (attention + shared, norms + h * experts, experts * gated * h * (a.moe_ffn_hidden_size or 0))}
@@ -325,9 +335,9 @@ def _attention_bytes_per_token(a: SimpleNamespace, args: dict, norm: float) -> f
 
 def _layer_bytes_per_token(a: SimpleNamespace, args: dict, device: str, moe: bool) -> float:
     h = a.hidden_size
-    norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
+    norm = _norm_bytes(h, device)
     attention = _attention_bytes_per_token(a, args, norm)
-    fused = not args.get("--no-bias-swiglu-fusion") if a.swiglu else not args.get("--no-bias-gelu-fusion")
+    fused = not args.get("--no-bias-swiglu-fusion")  # only SwiGLU's fc1 output depends on its fusion
 
     def mlp_bytes(f: int) -> float:
         fc1 = (4 * f if fused else 8 * f) if a.swiglu else 2 * f
@@ -351,12 +361,13 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
     total, per_gpu, largest, sharded = _parameters(a)
     weights_and_grads = 6 * per_gpu
     if upstream is not None:
-        weights_and_optimizer = upstream.compute_weight_and_optimizer_memory(_upstream_view(a))
+        view = _upstream_view(a)
+        weights_and_optimizer = upstream.compute_weight_and_optimizer_memory(view)
         source = f"upstream {UPSTREAM_MODEL}"
         if a.sequence_parallel and a.recompute_granularity == "selective":
-            upstream_activations = upstream.compute_activation_memory(_upstream_view(a), None)
+            upstream_activations = upstream.compute_activation_memory(view, None)
         else:
-            upstream_activations = upstream.compute_activation_memory_without_sp(_upstream_view(a), None)
+            upstream_activations = upstream.compute_activation_memory_without_sp(view, None)
     else:
         weights_and_optimizer = weights_and_grads + 12 * (sharded if a.use_distributed_optimizer else per_gpu)
         source = f"rocmpatch's own count (no {UPSTREAM_MODEL}: give the target tree, or run `rocmpatch fetch`)"
@@ -375,7 +386,7 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
         activations = in_flight * sum(layers)
     activations += _cp_attention_bytes(a, args, tokens)
     if pp == 1:
-        norm = 2 * h + (CPU_NORM_EXTRA * h if device == "cpu" else 0)
+        norm = _norm_bytes(h, device)
         loss = 10 if args.get("--cross-entropy-loss-fusion") else 6
         activations += tokens * (norm + 2 * h) / tp + tokens * loss * a.padded_vocab_size / tp
     temporaries = 4 * (largest / _optimizer_shards(a) if a.use_distributed_optimizer else largest)
