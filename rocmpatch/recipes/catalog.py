@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from rocmpatch.errors import InvalidInput, UsageError
-from rocmpatch.recipes.memory import Estimate, estimate, moe_layer_freq
+from rocmpatch.recipes.memory import Estimate, estimate, layer_pattern, moe_layer_freq
 
 DIRECTORY = Path(__file__).resolve().parent
 TOP_KEYS = {"name", "release", "summary", "vocab_size", "args", "layouts"}
@@ -123,13 +123,6 @@ def cpu_sizes(args: dict, layers: int = 2) -> dict:
     return sizes
 
 
-def moe_pattern_of(args: dict) -> list[int]:
-    """1 for each MoE layer of the recipe, 0 for each dense one (--moe-layer-freq, upstream's reading)."""
-    layers = _int(args, "--num-layers", 1)
-    freq = moe_layer_freq(args.get("--moe-layer-freq", 1), layers)
-    return freq if isinstance(freq, list) else [1 if i % freq == 0 else 0 for i in range(layers)]
-
-
 def to_argv(args: dict) -> list[str]:
     """{'--bf16': True, '--lr': 3e-4, '--x': False, '--data-path': ('0.7', 'a')} ->
     ['--bf16', '--lr', '0.0003', '--data-path', '0.7', 'a']."""
@@ -217,8 +210,9 @@ def _layout_problems(args: dict, world: int) -> list[str]:
         problems.append(f"experts or GPUs not divisible by EP {ep}")
     if cp > 1 and _int(args, "--seq-length", 0) % (2 * cp * tp):
         problems.append(f"sequence length not divisible by 2 x CP {cp} x TP {tp} (each CP rank holds two chunks, split over TP)")
+    layers = _int(args, "--num-layers", 1)
     try:
-        moe_pattern_of(args)
+        layer_pattern(moe_layer_freq(args.get("--moe-layer-freq", 1), layers), layers)
     except ValueError as exc:
         problems.append(str(exc))
     if tp > 1 and not args.get("--sequence-parallel"):

@@ -212,13 +212,18 @@ def moe_layer_freq(value, num_layers: int | None) -> int | list[int]:
     return pattern
 
 
+def layer_pattern(freq: int | list[int], num_layers: int) -> list[int]:
+    """moe_layer_freq()'s reading as one entry per layer: 1 for MoE, 0 for dense."""
+    if isinstance(freq, list):
+        return list(freq)
+    return [1 if i % freq == 0 else 0 for i in range(num_layers)]
+
+
 def moe_pattern(a: SimpleNamespace) -> list[int]:
     """1 for each MoE layer, 0 for each dense one."""
     if not a.num_experts:
         return [0] * a.num_layers
-    if isinstance(a.moe_layer_freq, list):
-        return list(a.moe_layer_freq)
-    return [1 if i % a.moe_layer_freq == 0 else 0 for i in range(a.num_layers)]
+    return layer_pattern(a.moe_layer_freq, a.num_layers)
 
 
 def _norm_weights(a: SimpleNamespace) -> int:
