@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from rocmpatch.env.advice import AOTRITON_EXPERIMENTAL as ROCM_EXPERIMENTAL_ATTENTION
+
 
 class OutOfTolerance(Exception):
     """A check found a wrong result it can name without comparing numbers (a dtype, a lost attribute)."""
@@ -318,7 +320,6 @@ RECIPE_ATTENTION_SHAPES = (
     ("qwen3-30b-a3b", 32, 4, 128, 4096),
     ("deepseek-v2-lite MLA", 16, 16, 192, 4096, 128),
 )
-ROCM_EXPERIMENTAL_ATTENTION = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
 
 def _no_fused_kernel(torch, exc: BaseException, caught, device, shape: str) -> str:
