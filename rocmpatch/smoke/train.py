@@ -206,9 +206,8 @@ def train_once(config: dict[str, Any], train: TrainProfile, one: TrainRun, preci
     steps = parse_log(outcome.stdout)
     run: dict[str, Any] = {"path": path, "args": train.flags(one, platform), "iterations": len(steps),
                            "seconds": round(outcome.seconds, 1)}
-    tp = tensor_parallel_size(world, profile.num_attention_heads)
-    if flag_value(run["args"], "--num-experts") is not None:
-        run["expert_parallel"] = expert_parallel_size(world, tp, run["args"])
+    if flag_value(run["args"], "--num-experts") is not None:  # the size pretrain_args chose
+        run["expert_parallel"] = int(flag_value(args, "--expert-model-parallel-size") or 1)
     if outcome.timed_out or outcome.returncode != 0 or len(steps) < iters:
         lines = outcome.stdout + outcome.stderr
         culprits, missing = traceback_culprits(lines, target)
