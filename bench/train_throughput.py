@@ -30,6 +30,7 @@ ratio of the fast path against it is printed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -81,8 +82,7 @@ def choose_layers(asked: str, gpu: dict, tree: Path) -> int:
 
 
 def _with_layers(shape: Shape, layers: int) -> Shape:
-    return Shape(f"{shape.name} ({layers} layers)", layers, shape.hidden, shape.ffn, shape.heads, shape.groups, shape.seq,
-                 shape.vocab, shape.micro_batch, shape.global_batch)
+    return dataclasses.replace(shape, name=f"{shape.name} ({layers} layers)", layers=layers)
 
 
 def run_smoke(tree: Path, out_dir: Path) -> dict:
