@@ -62,13 +62,13 @@ class Recipe:
             raise UsageError(f"recipe {self.name} has no layout for {gpus} GPU(s) per node", hint=f"its layouts: {have}")
         base = max(same_node, key=lambda l: l.nodes)
         args = dict(base.args)
-        batch = _int({**self.args, **args}, "--global-batch-size", 1) * nodes
+        batch = _int(self.merged_args(base), "--global-batch-size", 1) * nodes
         if batch % base.nodes:
             raise UsageError(f"recipe {self.name}: layout {base.name}'s global batch does not scale to {nodes} node(s)",
                              hint=f"use a multiple of {base.nodes} nodes, or add a layout for {nodes} node(s) to a copy of {self.path}")
         args["--global-batch-size"] = batch // base.nodes
         layout = Layout(f"{nodes}node", nodes, gpus, f"{nodes} nodes, derived from {base.name}", base.gpu_memory_gb, None, args)
-        problems = _layout_problems({**self.args, **args}, layout.world_size)
+        problems = _layout_problems(self.merged_args(layout), layout.world_size)
         if problems:
             raise UsageError(f"recipe {self.name}: layout {base.name} scaled to {nodes} node(s): {'; '.join(problems)}",
                              hint=f"add a layout for {nodes} node(s) to a copy of {self.path}")
