@@ -130,12 +130,17 @@ def pretrain(tree: Path, argv: list[str], workdir: Path, *, device: str, memory:
     try:
         proc = subprocess.run(command, cwd=tree, env=child_env, capture_output=True, text=True, timeout=timeout, check=False)
         log, ok = proc.stdout + proc.stderr, proc.returncode == 0
-    except subprocess.TimeoutExpired as expired:
-        log, ok = f"{expired.stdout or ''}{expired.stderr or ''}\nstopped after {timeout:g}s", False
-    (workdir / "pretrain_gpt.log").write_text(log if isinstance(log, str) else log.decode(errors="replace"))
+    except subprocess.TimeoutExpired as expired:  # its output is bytes even with text=True
+        partial = "".join(_text(part) for part in (expired.stdout, expired.stderr))
+        log, ok = f"{partial}\nstopped after {timeout:g}s", False
+    (workdir / "pretrain_gpt.log").write_text(log)
     result = Path(f"{out}.0.json")
     probe = json.loads(result.read_text()) if result.is_file() else {}
     return Run(ok and bool(probe.get("step_seconds")), time.perf_counter() - start, probe, str(workdir / "pretrain_gpt.log"))
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def estimate_for(shape: Shape, flags: list[str], tree: Path, device: str, gpus: int = 1):

@@ -113,3 +113,11 @@ def test_a_failed_round_fails_the_path_and_keeps_the_end_of_its_log(tmp_path):
     failed = {"ok": False, "error": "pretrain_gpt.py failed or trained no step", "log_tail": ["boom"]}
     assert train_throughput.combine([worked, failed, worked])["log_tail"] == ["boom"]
     assert train_throughput.combine([worked, dict(worked, step_seconds=3.0)])["step_seconds"] == 2.0
+
+
+def test_a_timed_out_runs_partial_output_is_logged_as_text():
+    """subprocess.TimeoutExpired carries bytes even with text=True: the log must hold the text, not "b'...'"."""
+    import training_runs
+
+    assert training_runs._text(b"iteration 1\n\xff") == "iteration 1\n\ufffd"
+    assert training_runs._text(None) == "" and training_runs._text("already text") == "already text"
