@@ -249,10 +249,7 @@ def _read_and_hash(full: str, before: os.stat_result) -> tuple[str | None, os.st
         if not stat.S_ISREG(info.st_mode):
             return None, before
         if info.st_size <= _CHUNK:
-            data = _read_all(handle, info.st_size)
-            digest = hashlib.sha1(b"blob %d\0" % len(data))
-            digest.update(data)
-            return digest.hexdigest(), os.fstat(handle)
+            return gitcmd.blob_id(_read_all(handle, info.st_size)), os.fstat(handle)
         # Large: hashed in pieces, with the length from the header checked at the end.
         digest, size = hashlib.sha1(b"blob %d\0" % info.st_size), 0
         while chunk := os.read(handle, _CHUNK):
@@ -301,11 +298,9 @@ def tree_id(entries: Mapping[str, Entry], trees: set[str] | None = None) -> str 
         if directory in entries:
             return None  # a file and a directory of one name
         records.sort(key=lambda record: record[0])
-        body = b"".join(record for _, record in records)
-        digest = hashlib.sha1(b"tree %d\0" % len(body))
-        digest.update(body)
-        sha = written[directory] = digest.digest()
-        trees.add(sha.hex())
+        tree = gitcmd.object_id("tree", b"".join(record for _, record in records))
+        trees.add(tree)
+        sha = written[directory] = bytes.fromhex(tree)
         if directory:
             parent, _, name = directory.rpartition("/")
             raw = name.encode("utf-8", "surrogateescape")

@@ -72,16 +72,22 @@ def write_blob(repo: Repo, data: bytes) -> str:
 
 def blob_id(data: bytes) -> str:
     """The id git gives `data` as a blob, computed here (nothing is written)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return object_id("blob", data)
+
+
+def object_id(kind: str, data: bytes) -> str:
+    """The id git gives an object of this kind (blob, tree, ...) and content: the sha1 of a
+    "<kind> <size>\\0" header and the content (the content is not copied)."""
+    digest = hashlib.sha1(b"%s %d\0" % (kind.encode("ascii"), len(data)))
+    digest.update(data)
+    return digest.hexdigest()
 
 
 def write_object(repo: Repo, kind: str, data: bytes) -> str:
     """Store a loose object, in this process (a `git hash-object -w` per blob costs a process
     each): zlib-compressed into a temporary file beside its place, made read-only, renamed there."""
     header = f"{kind} {len(data)}\0".encode("ascii")
-    digest = hashlib.sha1(header)
-    digest.update(data)
-    sha = digest.hexdigest()
+    sha = object_id(kind, data)
     directory = os.path.join(repo.objects_dir, sha[:2])
     path = os.path.join(directory, sha[2:])
     if os.path.exists(path):
@@ -228,8 +234,6 @@ def objects_not_matching_ids(repo: Repo, *, skip: set[str] = frozenset()) -> lis
         if sha in skip:
             continue
         _, kind, data = read_object(repo, sha)
-        digest = hashlib.sha1(f"{kind} {len(data)}\0".encode("ascii"))
-        digest.update(data)
-        if digest.hexdigest() != sha:
+        if object_id(kind, data) != sha:
             bad.append((sha, kind))
     return bad

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from rocmpatch.gitcmd.core import GitFailed, Repo, _environment, _not_started, child_setup, resolve_commit, run, run_bytes, run_status
-from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry
+from rocmpatch.gitcmd.objects import GITLINK_MODE, SYMLINK_MODE, Entry, blob_id
 
 
 def head_commit(repo: Repo) -> str | None:
@@ -169,7 +169,7 @@ def worktree_entries(repo: Repo, paths: list[str]) -> dict[str, Entry | None]:
             found[path] = None
             continue
         if stat.S_ISLNK(info.st_mode):
-            found[path] = Entry(SYMLINK_MODE, _blob_id(os.fsencode(os.readlink(full))))
+            found[path] = Entry(SYMLINK_MODE, blob_id(os.fsencode(os.readlink(full))))
         elif stat.S_ISREG(info.st_mode):
             found[path] = Entry(0o100755 if info.st_mode & 0o100 else 0o100644, _file_blob_id(full, info.st_size))
         elif stat.S_ISDIR(info.st_mode):
@@ -177,10 +177,6 @@ def worktree_entries(repo: Repo, paths: list[str]) -> dict[str, Entry | None]:
         else:
             found[path] = None
     return found
-
-
-def _blob_id(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _file_blob_id(path: Path, size: int) -> str:
