@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Mapping
 from rocmpatch import gitcmd
 from rocmpatch.gitcmd import GITLINK_MODE, SYMLINK_MODE, Entry
 
-EXECUTABLE_MODE, REGULAR_MODE, TREE_MODE = 0o100755, 0o100644, 0o40000
+EXECUTABLE_MODE, REGULAR_MODE = 0o100755, 0o100644
 # What Python may import or run from a directory on its path: sources, bytecode (a
 # __pycache__/*.pyc is run instead of its source when its header matches), extension modules, .pth.
 IMPORTABLE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd", ".pth")
@@ -200,7 +200,7 @@ def _hash(snapshot: Snapshot, files: list[tuple[str, os.DirEntry]], cached: Reco
             snapshot.unreadable.append(path)
             continue
         if stat.S_ISREG(info.st_mode):
-            found = (EXECUTABLE_MODE if info.st_mode & stat.S_IXUSR else REGULAR_MODE, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev)
+            found = file_stat(info)
             known = recorded.get(path)
             if known is not None and known[0] == found:
                 entries[path] = Entry(known[1], known[2])
@@ -233,8 +233,9 @@ def _hash(snapshot: Snapshot, files: list[tuple[str, os.DirEntry]], cached: Reco
         entry = entries[path] = Entry(_git_mode(after.st_mode) or REGULAR_MODE, sha)
         known = recorded.get(path)
         matched += known is not None and (known[1], known[2]) == entry
-        if file_stat(after) == file_stat(info):  # unchanged while read: its stat data stands for these bytes
-            stats[path] = file_stat(after)
+        found = file_stat(after)
+        if found == file_stat(info):  # unchanged while read: its stat data stands for these bytes
+            stats[path] = found
     return matched
 
 
