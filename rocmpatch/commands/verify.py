@@ -42,8 +42,7 @@ def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream
             out.print(f"an interrupted 'rocmpatch {report.interrupted}' is pending: run 'rocmpatch apply' or 'rocmpatch unapply'", markup=False)
         summarize = report.not_based_on_pin or len(report.differences) > LISTED
         for difference in report.differences[:LISTED] if summarize else report.differences:
-            by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
-            out.print(f"{difference.kind:<14} {difference.path}{by}", markup=False)
+            out.print(difference_line(difference), markup=False)
         if summarize and report.differences:
             counts = Counter(d.kind for d in report.differences)
             out.print(f"{len(report.differences)} path(s) differ ({', '.join(f'{n} {kind}' for kind, n in counts.most_common())}); "
@@ -57,6 +56,12 @@ def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream
         else:
             out.print(f"{target}: differs from the pin of {loaded.location.release} plus {_stack(loaded)} ({len(report.differences)} path(s))", markup=False)
     return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+
+
+def difference_line(difference: verifying.Difference) -> str:
+    """One path that differs, its kind and the patches touching it (verify and verify --installed)."""
+    by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
+    return f"{difference.kind:<14} {difference.path}{by}"
 
 
 def _stack(loaded) -> str:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from rocmpatch import installed, series
 from rocmpatch.commands import load_selected
+from rocmpatch.commands.verify import LISTED, difference_line
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.operations import verifying_installed
 from rocmpatch.releases import every
 
-LISTED = 20
 NOT_COMPARED = ("not compared: __pycache__ directories and compiled extension modules (built from the tree's sources; "
                 "one that would be imported instead of a module of the tree is a difference)")
 
@@ -41,8 +41,7 @@ def run(*, python: str | None, series_dir: Path | None, release: str | None, ove
     for problem in report.lock_problems:
         out.print(f"lock: {problem}", markup=False)
     for difference in report.differences[:LISTED]:
-        by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
-        out.print(f"{difference.kind:<14} {difference.path}{by}", markup=False)
+        out.print(difference_line(difference), markup=False)
     if len(report.differences) > LISTED:
         out.print(f"{len(report.differences)} path(s) differ; the first {LISTED} are above, --json lists every one", markup=False)
     left_out = [f"{report.pycache} __pycache__ dir(s)", f"{len(report.compiled)} compiled module(s)"]
