@@ -7,7 +7,7 @@ from pathlib import Path
 from rocmpatch import series
 from rocmpatch.console import note
 from rocmpatch.releases import choose
-from rocmpatch.series import LoadedOverlay, LoadedSeries, Location
+from rocmpatch.series import OVERLAY, LoadedOverlay, LoadedSeries, Location
 
 
 def selected(series_dir: Path | None, release: str | None, *, target: Path | None = None,
@@ -27,6 +27,11 @@ def load_selected(series_dir: Path | None, release: str | None, overlay_dir: Pat
     overlay = series.load_overlay(overlay_dir) if overlay_dir is not None else None
     location = selected(series_dir, release, target=target, overlay=overlay)
     return series.load(location, require_lock=require_lock, overlay=overlay)
+
+
+def patch_label(name: str, layer: str) -> str:
+    """A patch's name as the listings print it: an overlay's patch is marked as one."""
+    return f"{name} (overlay)" if layer == OVERLAY else name
 
 
 def recovered_line(recovered) -> str:

@@ -3,9 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmpatch.operations import applying
-from rocmpatch.commands import load_selected, recovered_line
+from rocmpatch.commands import load_selected, patch_label, recovered_line
 from rocmpatch.console import out
 from rocmpatch.errors import ExitCode
+from rocmpatch.series import RELEASE
 
 
 def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_run: bool, release: str | None = None,
@@ -17,17 +18,13 @@ def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_
     verb = "would apply" if dry_run else "applied"
     if result.created and not dry_run:
         out.print(f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)
-    overlay_names = {p.name for p in loaded.overlay.patches} if loaded.overlay else set()
+    layers = {p.name: p.layer for p in loaded.patches}
     for name in result.already:
-        out.print(f"  already applied  {_label(name, overlay_names)}", markup=False)
+        out.print(f"  already applied  {patch_label(name, layers.get(name, RELEASE))}", markup=False)
     for name in result.applied:
-        out.print(f"  {verb:<15}  {_label(name, overlay_names)}", markup=False)
+        out.print(f"  {verb:<15}  {patch_label(name, layers.get(name, RELEASE))}", markup=False)
     if not result.applied:
         out.print(f"{result.target}: the whole series is already applied; nothing to do", markup=False)
     elif not dry_run:
         out.print(f"{result.target}: {len(result.applied)} patch(es) of {loaded.describe()} applied, HEAD {result.head}", markup=False)
     return ExitCode.OK
-
-
-def _label(name: str, overlay_names: set[str]) -> str:
-    return f"{name} (overlay)" if name in overlay_names else name

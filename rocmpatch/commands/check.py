@@ -8,6 +8,7 @@ from rocmpatch.operations import checking
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.releases import every
+from rocmpatch.series import OVERLAY
 
 
 def run(*, upstream_url: str | None, series_dir: Path | None, as_json: bool, release: str | None = None, overlay: Path | None = None) -> ExitCode:
@@ -25,7 +26,7 @@ def run(*, upstream_url: str | None, series_dir: Path | None, as_json: bool, rel
     for name, report in reports.items():
         out.print(f"{name} ({report.commit[:12]}):", markup=False)
         for index, item in enumerate(report.patches):
-            if item.layer == "overlay" and (index == 0 or report.patches[index - 1].layer != "overlay"):
+            if item.layer == OVERLAY and (index == 0 or report.patches[index - 1].layer != OVERLAY):
                 out.print(f"  overlay {overlay}:", markup=False)
             mark = "ok  " if item.ok else "FAIL"
             out.print(f"  {mark} {item.name:<32} {item.error or ', '.join(item.files)}", markup=False)

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from rocmpatch import store
 from rocmpatch.operations import drift
-from rocmpatch.commands import load_selected
+from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError
 
@@ -70,17 +70,13 @@ def _where(item: drift.PatchDrift) -> str:
     return f"{place}: {item.reason}" if item.reason else place
 
 
-def _name(item: drift.PatchDrift) -> str:
-    return f"{item.name} (overlay)" if item.layer == "overlay" else item.name
-
-
 def _table(report: drift.DriftReport) -> Table:
     table = Table(title=f"drift of the series to {report.to_ref} ({report.to.id[:12]})", show_lines=False)
     for column in ("patch", f"at {report.to_ref}", "first bad commit", "last good commit", "what no longer applies"):
         table.add_column(column, overflow="fold")
     for item in report.patches:
         style = {drift.APPLIES: "green", drift.OBSOLETE: "yellow"}.get(item.state, "red")
-        table.add_row(_name(item), f"[{style}]{item.state}[/]", _commit(item.first_bad), _commit(item.last_good), _where(item))
+        table.add_row(patch_label(item.name, item.layer), f"[{style}]{item.state}[/]", _commit(item.first_bad), _commit(item.last_good), _where(item))
     return table
 
 
@@ -98,7 +94,7 @@ def to_markdown(report: drift.DriftReport) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for item in report.patches:
-        lines.append(f"| {cell(_name(item))} | {item.state} | {cell(_commit(item.first_bad))} | {cell(_commit(item.last_good))} | {cell(_where(item))} |")
+        lines.append(f"| {cell(patch_label(item.name, item.layer))} | {item.state} | {cell(_commit(item.first_bad))} | {cell(_commit(item.last_good))} | {cell(_where(item))} |")
     if report.release_commits:
         lines += ["", "Release-branch commits between the merge base and the pin that touch the series:", ""]
         lines += [f"- {cell(_commit(c))}" for c in report.release_commits]

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from rocmpatch import gitcmd
 from rocmpatch.operations import series_status
-from rocmpatch.commands import load_selected
+from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode, TargetRefused
 
@@ -45,6 +45,6 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | 
     table = Table("#", "patch", "state", "files", title=f"{target}: release {loaded.describe()} (HEAD {report.head})", title_justify="left")
     for number, patch in enumerate(report.patches, start=1):
         detail = "\n".join(patch.files) + (f"\n{patch.reason}" if patch.reason else "")
-        table.add_row(str(number), f"{patch.name} (overlay)" if patch.layer == "overlay" else patch.name, patch.state, detail)
+        table.add_row(str(number), patch_label(patch.name, patch.layer), patch.state, detail)
     out.print(table)
     return ExitCode.OK
