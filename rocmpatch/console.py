@@ -65,9 +65,9 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-def is_terminal(*, stderr: bool = True) -> bool:
-    """Whether people watch this stream live (progress lines then redraw in place)."""
-    return _is_terminal(sys.stderr if stderr else sys.stdout)
+def is_terminal() -> bool:
+    """Whether people watch stderr live (progress lines then redraw in place)."""
+    return _is_terminal(sys.stderr)
 
 
 out = LazyConsole()

@@ -21,12 +21,11 @@ def selected(series_dir: Path | None, release: str | None, *, target: Path | Non
     return choice.location
 
 
-def load_selected(series_dir: Path | None, release: str | None, overlay_dir: Path | None, *, target: Path | None = None,
-                  require_lock: bool = True) -> LoadedSeries:
+def load_selected(series_dir: Path | None, release: str | None, overlay_dir: Path | None, *, target: Path | None = None) -> LoadedSeries:
     """The release this command works on, loaded, with the overlay (--overlay DIR) stacked on it."""
     overlay = series.load_overlay(overlay_dir) if overlay_dir is not None else None
     location = selected(series_dir, release, target=target, overlay=overlay)
-    return series.load(location, require_lock=require_lock, overlay=overlay)
+    return series.load(location, overlay=overlay)
 
 
 def patch_label(name: str, layer: str) -> str:
