@@ -88,14 +88,17 @@ def free_port() -> int:
 
 
 def single_process_model_parallel(torch, platform: str) -> None:
-    """A world of one with Megatron's groups (TP=PP=CP=1), as the ops see it in training: some ask
-    parallel_state about their groups as soon as torch.distributed is initialized."""
+    """A world of one with Megatron's groups (TP=PP=CP=1) and seeded RNG tracker, as the ops see it in
+    training: some ask parallel_state about their groups as soon as torch.distributed is initialized."""
     backend = "gloo" if platform == "cpu" else "nccl"
     torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
                                          world_size=1, rank=0)
-    from megatron.core import parallel_state
+    from megatron.core import parallel_state, tensor_parallel
 
     parallel_state.initialize_model_parallel(1, 1)
+    # Training seeds the model-parallel RNG tracker right after the groups (initialize's _set_random_seed);
+    # a tensor-parallel layer built on a GPU forks it to initialize its weights.
+    tensor_parallel.model_parallel_cuda_manual_seed(1234)
 
 
 def run_case(torch, check: Check, device, dtype_name: str, platform: str, target: str) -> Case:

@@ -9,6 +9,8 @@ too: it trains on CPU (pretrain_gpt.py over gloo), and without patch cpu-trainin
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,18 @@ def test_tree_without_cpu_training_fails_train_naming_the_patch(full_tree, tmp_p
     assert "cannot train on CPU" in train.detail and "Megatron requires CUDA" in train.detail
     assert "megatron/initialize.py is changed by patch" in train.detail
     assert "; cpu-training is not applied there" in train.detail
+
+
+def test_ops_world_has_the_model_parallel_rng_seeded(patched_core):
+    """A tensor-parallel layer built on a GPU forks the tracker's 'model-parallel-rng' state; the ops
+    stage must seed it as training does (an H100 run of core_v0.5.0 failed 'is not added' without it).
+    On CPU the patched tracker never asks for the state, so the seed itself is what is checked."""
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1])\n"
+            "from rocmpatch.smoke.ops import single_process_model_parallel\n"
+            "single_process_model_parallel(torch, 'cpu')\n"
+            "from megatron.core.tensor_parallel.random import get_cuda_rng_tracker\n"
+            "print(sorted(get_cuda_rng_tracker().get_states()))\n")
+    result = subprocess.run([sys.executable, "-c", code, str(patched_core)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "model-parallel-rng" in result.stdout
