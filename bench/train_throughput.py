@@ -53,14 +53,15 @@ def detect_device(asked: str) -> tuple[str, dict]:
     """('cuda' or 'cpu', facts about the GPU): name, arch, memory, torch's build."""
     import torch
 
+    from rocmpatch.env.facts import gpu_arch
+
     if asked == "cpu" or (asked == "auto" and not torch.cuda.is_available()):
         return "cpu", {"torch": torch.__version__, "count": 0}
     if not torch.cuda.is_available():
         raise SystemExit("--device cuda: this torch build sees no GPU (check HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)")
     props = torch.cuda.get_device_properties(0)
-    arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
     return "cuda", {"torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
-                    "name": props.name, "arch": arch.split(":")[0], "memory_gib": props.total_memory / GIB,
+                    "name": props.name, "arch": gpu_arch(torch, 0), "memory_gib": props.total_memory / GIB,
                     "count": torch.cuda.device_count()}
 
 

@@ -48,6 +48,16 @@ def base_arch(gcn_arch_name: str) -> str:
     return gcn_arch_name.split(":", 1)[0].strip()
 
 
+def gpu_arch(torch, device) -> str:
+    """A GPU's architecture: gcnArchName's base on ROCm ("gfx942"), "sm_90" on CUDA. CUDA builds of
+    torch have a gcnArchName too, holding the device's name (seen on torch 2.11 with an H100), so the
+    build decides which field is read."""
+    props = torch.cuda.get_device_properties(device)
+    if getattr(torch.version, "hip", None):
+        return base_arch(getattr(props, "gcnArchName", "") or "unknown")
+    return f"sm_{props.major}{props.minor}"
+
+
 def probe(root: Path = Path("/"), environ: dict[str, str] | None = None) -> Machine:
     """The real machine: torch imported if it can be (never required), GPUs as this process sees them."""
     environ = dict(os.environ if environ is None else environ)
@@ -61,10 +71,6 @@ def probe(root: Path = Path("/"), environ: dict[str, str] | None = None) -> Mach
     if (hip or cuda) and torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            if hip:
-                arch = base_arch(getattr(props, "gcnArchName", "") or "unknown")
-            else:
-                arch = f"sm_{props.major}{props.minor}"
-            gpus.append(Gpu(index, props.name, arch, int(props.total_memory)))
+            gpus.append(Gpu(index, props.name, gpu_arch(torch, index), int(props.total_memory)))
     return Machine(torch_version=torch.__version__, hip_version=hip, cuda_version=cuda if not hip else None,
                    gpus=tuple(gpus), root=root, environ=environ)

@@ -15,6 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
+from rocmpatch.env.facts import gpu_arch
 from rocmpatch.preflight.peaks import peak_for
 from rocmpatch.preflight.verdict import NodeResult, RankResult, Thresholds, evaluate, format_report
 
@@ -36,10 +37,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def _arch_and_name(torch, device) -> tuple[str, str]:
     if device.type != "cuda":
         return "cpu", "cpu"
-    props = torch.cuda.get_device_properties(device)
-    if getattr(torch.version, "hip", None):
-        return (getattr(props, "gcnArchName", "") or "unknown").split(":")[0], props.name
-    return f"sm_{props.major}{props.minor}", props.name
+    return gpu_arch(torch, device), torch.cuda.get_device_properties(device).name
 
 
 def main(argv: list[str] | None = None) -> int:

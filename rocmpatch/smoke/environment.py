@@ -10,6 +10,7 @@ import os
 import platform as host
 from typing import Any
 
+from rocmpatch.env.facts import gpu_arch
 from rocmpatch.smoke import devices
 from rocmpatch.smoke.child import SLOW_FIRST_IMPORT, StageFailure, stage_main, step
 
@@ -55,8 +56,7 @@ def choose_platform(requested: str, build: str, gpu_count: int, torch_version: s
 def describe_gpu(torch, index: int) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(index)
     info = {"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1)}
-    arch = getattr(props, "gcnArchName", None)  # ROCm: e.g. gfx942:sramecc+:xnack-
-    info["arch"] = arch if arch else f"sm_{props.major}{props.minor}"
+    info["arch"] = gpu_arch(torch, index)
     return info
 
 
