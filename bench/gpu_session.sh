@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One short GPU session, for a machine lent for minutes: the machine's facts, the throughput bench
+# (fast against explicit attention), then `rocmpatch smoke` on GPU 0 for each tree given.
+#
+#   bench/gpu_session.sh OUT_DIR TREE_TGZ:RELEASE [TREE_TGZ:RELEASE ...]
+#
+# Each tarball holds a patched tree (`tar czf t.tgz -C Megatron-LM megatron pretrain_gpt.py
+# gpt_builders.py model_provider.py` for core_v0.19.0; the whole tree without .git for core_v0.5.0).
+# The bench runs on the first tree. LAYERS and STEPS bound its time (default 4 layers, 8 steps:
+# about 3 minutes on one H100); rocmpatch runs from this checkout. Results go to OUT_DIR.
+set -u
+export PYTHONUNBUFFERED=1
+out=$1; shift
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+{ nvidia-smi -L || rocm-smi --showproductname; python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda or torch.version.hip, torch.cuda.get_device_name(0))'; } 2>&1 | tee "$out/facts.txt"
+first=1
+for spec in "$@"; do
+    tarball=${spec%%:*} release=${spec##*:}
+    tree=$(mktemp -d) && tar xzf "$tarball" -C "$tree" || exit 1
+    if [ "$first" = 1 ]; then
+        first=0
+        timeout 290 python3 "$repo/bench/train_throughput.py" --target "$tree" --skip-smoke --skip-context-parallel \
+            --layers "${LAYERS:-4}" --steps "${STEPS:-8}" --out "$out/throughput.json" 2>&1 | tee "$out/throughput.log"
+        echo "bench exit ${PIPESTATUS[0]}"
+    fi
+    PYTHONPATH=$repo timeout 240 python3 -m rocmpatch smoke --target "$tree" --release "$release" --gpus 0 --json \
+        >"$out/smoke-$release.json" 2>"$out/smoke-$release.err"
+    echo "smoke $release exit $?"
+    python3 -c 'import json, sys; [print(s["name"], s["status"], str(s.get("detail", ""))[:300]) for s in json.load(open(sys.argv[1]))["stages"]]' \
+        "$out/smoke-$release.json" || tail -20 "$out/smoke-$release.err"
+done
