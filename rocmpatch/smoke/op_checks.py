@@ -330,8 +330,8 @@ def _no_fused_kernel(torch, exc: BaseException, caught, device, shape: str) -> s
     reasons = [str(w.message).splitlines()[0] for w in caught
                if "attention" in str(w.message).lower() and "kernel not used because" not in str(w.message)]
     detail = f"SDPA has no flash or memory-efficient kernel for {shape}: " + ("; ".join(dict.fromkeys(reasons)) or str(exc).splitlines()[0])
-    arch = gpu_arch(torch, device) if device.type == "cuda" else ""
     if torch.version.hip and not os.environ.get(ROCM_EXPERIMENTAL_ATTENTION):
+        arch = gpu_arch(torch, device) if device.type == "cuda" else ""
         detail += (f". On {arch or 'this GPU'} AOTriton's attention kernels may be experimental: export "
                    f"{ROCM_EXPERIMENTAL_ATTENTION}=1 (rocmpatch env says which GPUs need it)")
     return detail + "; without a fused kernel training falls back to the math path, which materializes the [b, heads, s, s] scores"
