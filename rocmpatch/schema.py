@@ -1,6 +1,7 @@
-"""The two files rocmpatch reads: patchsets/<release>/series.yaml (written by people) and
-upstream.lock (written by `rocmpatch lock`, one entry per release). Both are validated on load; an
-error names the file, the line and the key, and what was expected.
+"""The files rocmpatch reads: patchsets/<release>/series.yaml and release.yaml (written by people),
+upstream.lock (written by `rocmpatch lock`, one entry per release) and an overlay's overlay.lock.
+Each schema is declared once, with rocmpatch.yamlio's readers; an error names the file, the line
+and the key, and what was expected.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from rocmpatch.errors import InvalidInput
-from rocmpatch.files import MAX_TEXT_FILE, read_regular_file
+from rocmpatch import yamlio as y
+from rocmpatch.yamlio import YAML_LOADER  # noqa: F401 - rebase composes series.yaml with the same loader
 
 SERIES_FILE = "series.yaml"
 RELEASE_FILE = "release.yaml"  # beside series.yaml: where the release was validated, its smoke profile
@@ -25,10 +26,6 @@ OVERLAY_LOCK_FILE = "overlay.lock"  # beside an overlay's series.yaml
 OVERLAY_LOCK_VERSION = 1
 OVERLAY_LOCK_HEADER = ("# Written by `rocmpatch lock --overlay DIR` from this folder's series.yaml and patch files;\n"
                        "# do not edit by hand. The overlay's patches apply on top of the release's whole series.\n")
-
-# libyaml's composer is ~10x faster than the pure-Python one (it keeps line marks), and every
-# command reads series.yaml; fall back where PyYAML was built without it.
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -117,50 +114,33 @@ class LockFile:
         return LOCK_HEADER + yaml.safe_dump(data, sort_keys=False)
 
 
-_SERIES_FIELDS = {
-    "name": "a short lowercase name such as 'softmax'",
-    "file": "the patch file name in patchsets/, ending in .patch",
-    "summary": "one line saying what the patch does",
-    "description": "what the patch changes",
-    "why": "why the change is needed",
-    "author": "who wrote it",
-    "origin": "where it comes from ('rocmpatch', or an upstream commit URL)",
-    "forwarded": "'no', 'not-needed', or where it was sent upstream",
-    "last-update": "the date of the last change, YYYY-MM-DD",
-}
+_SERIES_ENTRY = y.Mapping({
+    "name": y.String("a short lowercase name such as 'softmax'", pattern=_NAME, what="name"),
+    "file": y.String("the patch file name in patchsets/, ending in .patch", pattern=_PATCH_FILE, what="file"),
+    "summary": y.Line("one line saying what the patch does"),
+    "description": y.String("what the patch changes", strip=True),
+    "why": y.String("why the change is needed", strip=True),
+    "author": y.String("who wrote it"),
+    "origin": y.String("where it comes from ('rocmpatch', or an upstream commit URL)"),
+    "forwarded": y.String("'no', 'not-needed', or where it was sent upstream"),
+    "last-update": y.String("the date of the last change, YYYY-MM-DD"),
+})
+_SERIES = y.Mapping({"series": y.ListOf(_SERIES_ENTRY, "a non-empty list of patches", non_empty=True)})
 
 
 def load_series(directory: Path) -> Series:
-    path = directory / SERIES_FILE
-    root = _load_mapping(path, {"series": "the ordered list of patches"})
-    items = root.get("series")
-    if not isinstance(items, _Node) or not isinstance(items.value, list) or not items.value:
-        raise InvalidInput(_where(path, root.line_of("series"), "series"), "expected a non-empty list of patches")
-    entries: list[SeriesEntry] = []
-    for index, item in enumerate(items.value):
-        key = f"series[{index}]"
-        fields = _mapping(path, item, key, _SERIES_FIELDS)
-        values = {f: _string(path, fields, f, f"{key}.{f}", _SERIES_FIELDS[f]) for f in _SERIES_FIELDS}
-        _match(path, fields, "name", key, _NAME, values["name"])
-        _match(path, fields, "file", key, _PATCH_FILE, values["file"])
-        if "\n" in values["summary"].strip():
-            raise InvalidInput(_where(path, fields.line_of("summary"), f"{key}.summary"), "expected a single line")
-        entries.append(
-            SeriesEntry(
-                name=values["name"], file=values["file"], summary=values["summary"].strip(),
-                description=values["description"].strip(), why=values["why"].strip(),
-                author=values["author"], origin=values["origin"], forwarded=values["forwarded"],
-                last_update=values["last-update"],
-            )
-        )
+    records = y.load(directory / SERIES_FILE, _SERIES)["series"]
     for field in ("name", "file"):
         seen: set[str] = set()
-        for index, entry in enumerate(entries):
-            value = getattr(entry, field)
-            if value in seen:
-                raise InvalidInput(_where(path, items.value[index].lineno, f"series[{index}].{field}"), f"duplicate {field} {value!r}")
-            seen.add(value)
-    return Series(directory=directory, entries=tuple(entries))
+        for record in records:
+            if record[field] in seen:
+                raise record.node.error(f"duplicate {field} {record[field]!r}", key=field)
+            seen.add(record[field])
+    entries = tuple(SeriesEntry(
+        name=r["name"], file=r["file"], summary=r["summary"], description=r["description"], why=r["why"],
+        author=r["author"], origin=r["origin"], forwarded=r["forwarded"], last_update=r["last-update"],
+    ) for r in records)
+    return Series(directory=directory, entries=entries)
 
 
 SINGLE_RELEASE_HINT = (
@@ -169,64 +149,66 @@ SINGLE_RELEASE_HINT = (
 )
 
 
+RELEASE_NAME = y.String("a release name: the name of its folder in patchsets/", pattern=_RELEASE, what="release name")
+_REGENERATE = "regenerate it with 'rocmpatch lock'"
+_LOCKED_PATCHES = y.ListOf(y.Mapping({
+    "name": y.String("the patch name"),
+    "file": y.String("the patch file"),
+    "sha256": y.String("the file's sha256 (64 hex digits)", pattern=_HEX64),
+}), "a list of {name, file, sha256}")
+_UPSTREAM = y.Mapping({
+    "url": y.String("the upstream git URL"),
+    "ref": y.String("the tag or branch name of the pin"),
+    "commit": y.String("a full 40-hex commit id", pattern=_HEX40,
+                       hint="a ref or branch name belongs in upstream.ref; run 'rocmpatch lock'"),
+    "tree": y.String("a full 40-hex tree id", pattern=_HEX40,
+                     hint="a ref or branch name belongs in upstream.ref; run 'rocmpatch lock'"),
+    "date": y.String("the commit's date (ISO 8601)"),
+})
+_LOCKED_RELEASE = y.Mapping({
+    "upstream": _UPSTREAM,
+    "patches": _LOCKED_PATCHES,
+    "patched_tree": y.String("the 40-hex tree id of the patched tree", pattern=_HEX40, hint=_REGENERATE),
+})
+_LOCK = y.Mapping({
+    "version": y.Optional(y.Raw("the lock format version")),
+    "releases": y.Optional(y.MappingOf(RELEASE_NAME, _LOCKED_RELEASE,
+                                       "a mapping of release name to its pin, patches and patched tree", non_empty=True)),
+    "upstream": y.Optional(y.Raw("(version 1 only)")),
+    "patches": y.Optional(y.Raw("(version 1 only)")),
+    "patched_tree": y.Optional(y.Raw("(version 1 only)")),
+})
+
+
+def _version(root: y.Node, expected: int, hint: str) -> None:
+    version = root.get("version")
+    if version is None or version.value != str(expected):
+        raise root.error(f"expected version: {expected}", hint=hint, key="version")
+
+
+def _lock(record: dict) -> Lock:
+    up = record["upstream"]
+    return Lock(Upstream(up["url"], up["ref"], up["commit"], up["tree"], up["date"]),
+                _patches(record["patches"]), record["patched_tree"])
+
+
+def _patches(records: list) -> tuple[LockedPatch, ...]:
+    return tuple(LockedPatch(r["name"], r["file"], r["sha256"]) for r in records)
+
+
 def load_lock_file(path: Path) -> LockFile:
-    root = _load_mapping(path, {"version": "the lock format version", "releases": "one entry per release",
-                                "upstream": "(version 1 only)", "patches": "(version 1 only)", "patched_tree": "(version 1 only)"})
+    root = _LOCK.check(y.read_document(path))
     version = root.get("version")
     if version is not None and version.value == "1":
-        raise InvalidInput(_where(path, version.lineno, "version"), "is the single-release lock of rocmpatch 0.1", hint=SINGLE_RELEASE_HINT)
-    if version is None or version.value != str(LOCK_VERSION):
-        raise InvalidInput(_where(path, root.line_of("version"), "version"), f"expected version: {LOCK_VERSION}", hint="regenerate it with 'rocmpatch lock'")
+        raise version.error("is the single-release lock of rocmpatch 0.1", hint=SINGLE_RELEASE_HINT)
+    _version(root, LOCK_VERSION, _REGENERATE)
     for stray in ("upstream", "patches", "patched_tree"):
         if root.get(stray) is not None:
-            raise InvalidInput(_where(path, root.line_of(stray), stray), "belongs inside releases.<release> in version 2", hint="regenerate it with 'rocmpatch lock'")
-    releases_node = root.get("releases")
-    if releases_node is None or not isinstance(releases_node.value, dict) or not releases_node.value:
-        raise InvalidInput(_where(path, root.line_of("releases"), "releases"), "expected a mapping of release name to its pin, patches and patched tree")
-    releases = {}
-    for name, node in releases_node.value.items():
-        if not _RELEASE.fullmatch(name):
-            raise InvalidInput(_where(path, node.lineno, f"releases.{name}"), "is not a valid release name (a folder name in patchsets/, such as core_v0.19.0)")
-        releases[name] = _load_release(path, node, f"releases.{name}")
-    return LockFile(releases)
-
-
-def _load_release(path: Path, node: _Node, key: str) -> Lock:
-    entry = _mapping(path, node, key, {"upstream": "the pinned commit", "patches": "the sha256 of each patch",
-                                       "patched_tree": "the tree id after the series"})
-    upstream_fields = {"url": "the upstream git URL", "ref": "the tag or branch name of the pin",
-                       "commit": "the full 40-hex commit id", "tree": "the 40-hex tree id of that commit",
-                       "date": "the commit's date (ISO 8601)"}
-    upstream = _mapping(path, entry.get("upstream"), f"{key}.upstream", upstream_fields)
-    up = {f: _string(path, upstream, f, f"{key}.upstream.{f}", d) for f, d in upstream_fields.items()}
-    for field in ("commit", "tree"):
-        if not _HEX40.fullmatch(up[field]):
-            raise InvalidInput(
-                _where(path, upstream.line_of(field), f"{key}.upstream.{field}"),
-                f"expected a full 40-hex {'commit' if field == 'commit' else 'tree'} id, got {up[field]!r}",
-                hint="a ref or branch name belongs in upstream.ref; run 'rocmpatch lock'",
-            )
-    patches = _locked_patches(path, entry, f"{key}.patches")
-    tree = entry.get("patched_tree")
-    if tree is None or not isinstance(tree.value, str) or not _HEX40.fullmatch(tree.value):
-        raise InvalidInput(_where(path, entry.line_of("patched_tree"), f"{key}.patched_tree"), "expected the 40-hex tree id of the patched tree")
-    return Lock(Upstream(**up), patches, tree.value)
-
-
-def _locked_patches(path: Path, entry: _Node, key: str) -> tuple[LockedPatch, ...]:
-    """A lock's `patches:` list of {name, file, sha256}, in series order."""
-    patches_node = entry.get("patches")
-    if patches_node is None or not isinstance(patches_node.value, list):
-        raise InvalidInput(_where(path, entry.line_of("patches"), key), "expected a list of {name, file, sha256}")
-    patch_fields = {"name": "the patch name", "file": "the patch file", "sha256": "the file's sha256"}
-    patches = []
-    for index, item in enumerate(patches_node.value):
-        item_key = f"{key}[{index}]"
-        fields = _mapping(path, item, item_key, patch_fields)
-        values = {f: _string(path, fields, f, f"{item_key}.{f}", d) for f, d in patch_fields.items()}
-        _match(path, fields, "sha256", item_key, _HEX64, values["sha256"])
-        patches.append(LockedPatch(values["name"], values["file"], values["sha256"]))
-    return tuple(patches)
+            raise root.error("belongs inside releases.<release> in version 2", hint=_REGENERATE, key=stray)
+    releases = _LOCK.read(root)["releases"]
+    if releases is None:
+        raise root.error("expected a mapping of release name to its pin, patches and patched tree", key="releases")
+    return LockFile({name: _lock(record) for name, record in releases.items()})
 
 
 @dataclass(frozen=True)
@@ -266,34 +248,34 @@ class OverlayLock:
         return OVERLAY_LOCK_HEADER + yaml.safe_dump(data, sort_keys=False)
 
 
-_OVERLAY_LOCK_FIELDS = {
-    "version": f"the overlay lock format version ({OVERLAY_LOCK_VERSION})",
-    "release": "the release (a folder in patchsets/) the overlay applies on top of",
-    "release_tree": "the 40-hex tree id of that release's patched tree",
-    "patches": "the sha256 of each overlay patch",
-    "patched_tree": "the 40-hex tree id after the release's series plus the overlay",
-}
+_REGENERATE_OVERLAY = "regenerate it with 'rocmpatch lock --overlay DIR'"
+_OVERLAY_LOCK = y.Mapping({
+    "version": y.Raw(f"the overlay lock format version ({OVERLAY_LOCK_VERSION})"),
+    "release": RELEASE_NAME,
+    "release_tree": y.String("a full 40-hex tree id (the release's patched tree)", pattern=_HEX40, hint=_REGENERATE_OVERLAY),
+    "patches": _LOCKED_PATCHES,
+    "patched_tree": y.String("a full 40-hex tree id (after the release's series and the overlay)", pattern=_HEX40,
+                             hint=_REGENERATE_OVERLAY),
+})
 
 
 def load_overlay_lock(path: Path) -> OverlayLock:
-    root = _load_mapping(path, _OVERLAY_LOCK_FIELDS)
-    version = root.get("version")
-    if version is None or version.value != str(OVERLAY_LOCK_VERSION):
-        raise InvalidInput(_where(path, root.line_of("version"), "version"), f"expected version: {OVERLAY_LOCK_VERSION}",
-                           hint="regenerate it with 'rocmpatch lock --overlay DIR'")
-    values = {f: _string(path, root, f, f, _OVERLAY_LOCK_FIELDS[f]) for f in ("release", "release_tree", "patched_tree")}
-    if not _RELEASE.fullmatch(values["release"]):
-        raise InvalidInput(_where(path, root.line_of("release"), "release"), f"{values['release']!r} is not a valid release name (a folder name in patchsets/, such as core_v0.19.0)")
-    for field in ("release_tree", "patched_tree"):
-        if not _HEX40.fullmatch(values[field]):
-            raise InvalidInput(_where(path, root.line_of(field), field), f"expected a full 40-hex tree id, got {values[field]!r}",
-                               hint="regenerate it with 'rocmpatch lock --overlay DIR'")
-    patches = _locked_patches(path, root, "patches")
-    return OverlayLock(values["release"], values["release_tree"], patches, values["patched_tree"])
+    root = _OVERLAY_LOCK.check(y.read_document(path))
+    _version(root, OVERLAY_LOCK_VERSION, _REGENERATE_OVERLAY)
+    lock = _OVERLAY_LOCK.read(root)
+    return OverlayLock(lock["release"], lock["release_tree"], _patches(lock["patches"]), lock["patched_tree"])
 
 
-_VALIDATION_FIELDS = {"platform": f"one of {', '.join(PLATFORMS)}", "date": "YYYY-MM-DD", "hardware": "the machine: CPU model or GPU and count",
-                      "what": "what ran and what it showed"}
+_VALIDATION = y.Mapping({
+    "platform": y.Enum(PLATFORMS),
+    "date": y.String("YYYY-MM-DD", strip=True),
+    "hardware": y.String("the machine: CPU model or GPU and count", strip=True),
+    "what": y.String("what ran and what it showed", strip=True),
+})
+_RELEASE_INFO = y.Mapping({
+    "validated": y.Optional(y.ListOf(_VALIDATION, "a list of {platform, date, hardware, what}"), []),
+    "smoke": y.Optional(y.Raw("the smoke profile (rocmpatch/smoke/profile.py)")),
+})
 
 
 def load_release_info(directory: Path) -> ReleaseInfo:
@@ -301,29 +283,9 @@ def load_release_info(directory: Path) -> ReleaseInfo:
     path = directory / RELEASE_FILE
     if not path.exists():
         return ReleaseInfo((), {})
-    root = _load_mapping(path, {"validated": "where the patched tree was shown to work", "smoke": "the smoke profile"})
-    records = []
-    node = root.get("validated")
-    if node is not None:
-        if not isinstance(node.value, list):
-            raise InvalidInput(_where(path, node.lineno, "validated"), "expected a list of {platform, date, hardware, what}")
-        for index, item in enumerate(node.value):
-            key = f"validated[{index}]"
-            fields = _mapping(path, item, key, _VALIDATION_FIELDS)
-            values = {f: _string(path, fields, f, f"{key}.{f}", d) for f, d in _VALIDATION_FIELDS.items()}
-            if values["platform"] not in PLATFORMS:
-                raise InvalidInput(_where(path, fields.line_of("platform"), f"{key}.platform"), f"{values['platform']!r} is not one of {', '.join(PLATFORMS)}")
-            records.append(Validation(**{k: v.strip() for k, v in values.items()}))
-    smoke = root.get("smoke")
-    return ReleaseInfo(tuple(records), _plain(smoke) if smoke is not None else {})
-
-
-def _plain(node: _Node) -> Any:
-    if isinstance(node.value, dict):
-        return {k: _plain(v) for k, v in node.value.items()}
-    if isinstance(node.value, list):
-        return [_plain(v) for v in node.value]
-    return node.value
+    info = y.load(path, _RELEASE_INFO)
+    smoke = info["smoke"]
+    return ReleaseInfo(tuple(Validation(**record) for record in info["validated"]), smoke.plain() if smoke else {})
 
 
 def is_release_name(value: str) -> bool:
@@ -332,112 +294,3 @@ def is_release_name(value: str) -> bool:
 
 def is_full_commit_id(value: str) -> bool:
     return bool(_HEX40.fullmatch(value))
-
-
-# --- a small YAML reader that keeps line numbers ------------------------------------------
-
-
-@dataclass
-class _Node:
-    value: Any  # str, list[_Node], or dict[str, _Node]
-    lineno: int  # 1-based
-    key_line: int = 0  # the line of the key naming this node, in a mapping
-
-    def get(self, key: str) -> "_Node | None":
-        return self.value.get(key) if isinstance(self.value, dict) else None
-
-    def line_of(self, key: str) -> int:
-        """The line of `key`, or of this mapping when the key is missing."""
-        node = self.get(key)
-        return node.lineno if node else self.lineno
-
-
-def _to_node(path: Path, node: yaml.Node) -> _Node:
-    line = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        mapping: dict[str, _Node] = {}
-        for key, value in node.value:
-            name = str(key.value)
-            if name in mapping:
-                raise InvalidInput(f"{path}:{key.start_mark.line + 1}", f"duplicate key {name!r} (first on line {mapping[name].key_line})",
-                                   hint="each key may appear once; delete one of them")
-            mapping[name] = _to_node(path, value)
-            mapping[name].key_line = key.start_mark.line + 1
-        return _Node(mapping, line)
-    if isinstance(node, yaml.SequenceNode):
-        return _Node([_to_node(path, v) for v in node.value], line)
-    return _Node(node.value, line)
-
-
-# series.yaml and upstream.lock are small, flat documents: anything deeper, or using anchors
-# and aliases (which make a few bytes expand into gigabytes), is refused before it is built.
-MAX_YAML_DEPTH = 16
-
-
-def load_yaml(path: Path) -> yaml.Node | None:
-    """The composed YAML document of `path`, read safely: a regular file of bounded size, UTF-8,
-    no anchors or aliases, nesting at most MAX_YAML_DEPTH deep, no duplicate keys (checked in
-    _to_node). Every problem is InvalidInput naming the file and line."""
-    data = read_regular_file(path, limit=MAX_TEXT_FILE, what="YAML file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(path, f"not UTF-8 text ({exc.reason})") from None
-    try:
-        depth = 0
-        for event in yaml.parse(text, Loader=YAML_LOADER):
-            line = event.start_mark.line + 1
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-                raise InvalidInput(f"{path}:{line}", "YAML anchors and aliases (&name, *name) are not allowed here", hint="write the value out in full")
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_YAML_DEPTH:
-                    raise InvalidInput(f"{path}:{line}", f"nested more than {MAX_YAML_DEPTH} levels deep")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-        return yaml.compose(text, Loader=YAML_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InvalidInput(where, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
-
-
-def _load_mapping(path: Path, allowed: dict[str, str]) -> _Node:
-    composed = load_yaml(path)
-    if composed is None:
-        raise InvalidInput(path, "the file is empty")
-    return _mapping(path, _to_node(path, composed), None, allowed)
-
-
-def _mapping(path: Path, node: _Node | None, key: str | None, allowed: dict[str, str]) -> _Node:
-    if node is None or not isinstance(node.value, dict):
-        line = node.lineno if node else None
-        raise InvalidInput(_where(path, line, key), f"expected a mapping with keys {', '.join(allowed)}")
-    for name, child in node.value.items():
-        if name not in allowed:
-            raise InvalidInput(_where(path, child.lineno, _join(key, name)), f"unknown key; expected one of {', '.join(allowed)}")
-    return node
-
-
-def _string(path: Path, node: _Node, field: str, key: str, description: str) -> str:
-    child = node.get(field)
-    if child is None:
-        raise InvalidInput(_where(path, node.lineno, key), f"missing; expected {description}")
-    if not isinstance(child.value, str) or not child.value.strip():
-        raise InvalidInput(_where(path, child.lineno, key), f"expected {description} as a non-empty string")
-    return child.value
-
-
-def _match(path: Path, node: _Node, field: str, key: str, pattern: re.Pattern, value: str) -> None:
-    if not pattern.fullmatch(value):
-        raise InvalidInput(_where(path, node.line_of(field), f"{key}.{field}"), f"{value!r} is not a valid {field}", hint=_SERIES_FIELDS.get(field, pattern.pattern))
-
-
-def _join(parent: str | None, key: str) -> str:
-    return f"{parent}.{key}" if parent else key
-
-
-def _where(path: Path, line: int | None, key: str | None) -> str:
-    place = f"{path}:{line}" if line else str(path)
-    return f"{place}: {key}" if key else place
-
