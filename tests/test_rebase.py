@@ -11,7 +11,8 @@ from rocmpatch.patching import parse_patch
 from tests.series.trees import apply_series
 from rocmpatch.schema import SeriesEntry
 from rocmpatch.series import loaded_patch
-from tests.upstream_history import make_history
+from rocmpatch.operations.rebase_conflicts import CONTENT, DELETED_UPSTREAM
+from tests.upstream_history import commit_files, git, make_history
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def series(history):
 
 
 def loaded(name, file, text):
-    entry = SeriesEntry(name, file, "summary", "description", "why", "tests", "rocmpatch", "no", "2026-11-23")
+    entry = SeriesEntry(name, file, f"summary of {name}", f"What {name} does.\n", f"Why {name}.\n", "tests", "rocmpatch", "no", "2026-11-23")
     return loaded_patch(entry, text.encode("utf-8", "surrogateescape"), Path(file))
 
 
@@ -114,3 +115,46 @@ def test_continue_refuses_a_series_edited_meanwhile(history, project):
 def test_an_unchanged_patch_keeps_its_file_byte_for_byte(history, project):
     done = start(history, project, onto=history.commits["m1"])
     assert done.texts == dict(history.patch_texts)
+
+
+def deleting_branch(history, name, start, path):
+    """A branch of upstream from `start` that deletes `path` (the repository stays on its branch)."""
+    head = git(history.repo, "rev-parse", "--abbrev-ref", "HEAD")
+    git(history.repo, "checkout", "-q", "-b", name, start)
+    commit = commit_files(history.repo, f"delete {path}", {path: None})
+    git(history.repo, "checkout", "-q", head)
+    return commit
+
+
+@pytest.mark.parametrize("resolution", ["git rm", "git add", "edit"])
+def test_continue_refuses_a_file_deleted_upstream_until_resolved(history, project, resolution):
+    """beta changes b.py, which upstream deleted: git leaves the patch's whole b.py, no marker."""
+    onto = deleting_branch(history, "drop-b", history.commits["m2"], "b.py")
+    stopped = start(history, project, onto=onto)
+    assert stopped.patch == "beta" and [(c.path, c.kind) for c in stopped.conflicts] == [("b.py", DELETED_UPSTREAM)]
+    left = (stopped.worktree / "b.py").read_text()
+    assert "b line 12 patched for rocm" in left and "<<<<<<<" not in left
+    assert gitcmd.unmerged_paths(stopped.worktree) == {"b.py"}  # as `git merge` leaves it: `git status` says so
+    with pytest.raises(InvalidInput, match=r"patch beta is not resolved: b\.py \(deleted upstream") as refused:
+        rebase.resume(project, RELEASE, series(history))
+    assert "git rm FILE" in refused.value.hint and "git add FILE" in refused.value.hint
+    assert rebase.in_progress(project, [RELEASE])  # still stopped, nothing taken
+    if resolution == "edit":
+        (stopped.worktree / "b.py").write_text(left.replace("b line 1\n", "b line 1 kept, ported by hand\n"))
+    else:
+        git(stopped.worktree, resolution.split()[1], "b.py")
+    done = rebase.resume(project, RELEASE, series(history))
+    assert isinstance(done, rebase.Finished)
+    if resolution == "git rm":
+        assert done.outcomes[-1].result == rebase.OBSOLETE and done.texts["beta"] is None
+    else:
+        assert done.outcomes[-1].result == rebase.RESOLVED and "new file mode" in done.texts["beta"]
+        assert ("ported by hand" in done.texts["beta"]) == (resolution == "edit")
+
+
+def test_continue_refuses_a_marker_left_even_when_git_added(history, project):
+    stopped = start(history, project)
+    assert [(c.path, c.kind) for c in stopped.conflicts] == [("a.py", CONTENT)]
+    git(stopped.worktree, "add", "a.py")
+    with pytest.raises(InvalidInput, match=r"a\.py:\d+ \(conflict marker\)"):
+        rebase.resume(project, RELEASE, series(history))

@@ -5,7 +5,8 @@ from pathlib import Path
 from rich.table import Table
 
 from rocmpatch import series, store
-from rocmpatch.operations import rebase
+from rocmpatch.operations import rebase, rebase_results
+from rocmpatch.operations.rebase_conflicts import RESOLVE_HINT
 from rocmpatch.commands import load_selected
 from rocmpatch.console import err, out
 from rocmpatch.errors import ExitCode, TargetRefused, UsageError
@@ -44,7 +45,7 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     if isinstance(result, rebase.Stopped):
         _explain(result, location.release)
         return ExitCode.PATCH_CONFLICT
-    written = rebase.write_results(loaded, result)
+    written = rebase_results.write_results(loaded, result)
     rebase.finish(project, location.release)
     out.print(f"{written.release}: the series now applies to {result.onto_ref} ({result.onto[:12]}); "
               f"patch files in {written.series_dir} and its entry in {written.lock_path.name} written", markup=False)
@@ -92,7 +93,7 @@ def _table(outcomes: list[rebase.Outcome]) -> Table:
 
 
 def _explain(stopped: rebase.Stopped, release: str) -> None:
-    err.print(f"patch {stopped.patch} conflicts in: {', '.join(stopped.files)}", markup=False)
-    err.print(f"  resolve the conflict markers in {stopped.worktree} (git diff HEAD there shows the patch so far),", markup=False)
-    err.print(f"  then run 'rocmpatch rebase --continue'; or 'rocmpatch rebase --abort' to change nothing"
+    err.print(f"patch {stopped.patch} conflicts in: {', '.join(f'{c.path} ({c.kind})' for c in stopped.conflicts)}", markup=False)
+    err.print(f"  the worktree: {stopped.worktree} ('git status' there names each conflict, 'git diff HEAD' shows the patch so far);", markup=False)
+    err.print(f"  {RESOLVE_HINT}; or 'rocmpatch rebase --abort' to change nothing"
               f" (add --release {release} while another release's rebase is also stopped).", markup=False)

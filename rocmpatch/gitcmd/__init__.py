@@ -49,6 +49,7 @@ from rocmpatch.gitcmd.merge import (
     init_borrowing_repo,
     merge_commits,
     objects_dir,
+    unmerged_paths,
 )
 from rocmpatch.gitcmd.objects import (
     GITLINK_MODE,
@@ -91,7 +92,7 @@ __all__ = [
     "commit_tree", "copy_objects", "diff_trees", "dirty_paths", "fetch_commit", "fetch_ref", "first_parent_line",
     "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "hidden_edits", "ignored_paths", "init_borrowing_repo",
     "init_repo", "is_ancestor", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree", "object_id", "objects_not_matching_ids",
-    "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git",
+    "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git", "unmerged_paths",
     "require_commit",
     "resolve_commit", "run", "run_bytes", "scrub_git_environment", "tree_of", "trust", "update_ref", "update_ref_holding", "worktree_entries", "worktree_tree",
     "write_blob", "write_tree",

@@ -10,8 +10,10 @@ stops the rebase ("conflict"):
 * all work lives in a state directory per release (`.git/rocmpatch-rebase-<release>/` of the
   project, or `.rocmpatch-rebase-<release>/` outside git), so rebases of two releases can be in
   progress at once: a scratch bare repository that borrows the upstream's objects, a worktree
-  holding the conflicted files with markers, and state.json;
-* `--continue` takes the worktree's files as patch i and goes on; `--abort` deletes the directory.
+  holding the merge (conflicted paths unmerged in its index, as `git merge` leaves them), and
+  state.json, which records each conflicted path and what the stop left there;
+* `--continue` takes the worktree's files as patch i and goes on, once every conflicted path is
+  resolved (rebase_conflicts); `--abort` deletes the directory.
 
 Each patch goes through the same applier as apply and check (rocmpatch.trees.SeriesApplier: the
 same path, mode and symlink safety). The series files and upstream.lock are written only when
@@ -29,10 +31,8 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from rocmpatch import gitcmd
-from rocmpatch.operations import locking
+from rocmpatch.operations.rebase_conflicts import OTHER, Conflict, conflicts_of, refuse_unresolved
 from rocmpatch.errors import (
     Busy,
     CheckFailed,
@@ -43,13 +43,11 @@ from rocmpatch.errors import (
 )
 from rocmpatch.files import MAX_TEXT_FILE, read_regular_file, replace_file
 from rocmpatch.gitcmd import Identity
-from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, YAML_LOADER, OverlayLock, Series
-from rocmpatch.series import OVERLAY, LoadedOverlay, LoadedPatch, LoadedSeries, Location, loaded_patch
+from rocmpatch.series import OVERLAY, LoadedPatch
 from rocmpatch.trees import SeriesApplier
 
 STATE_NAME = "rocmpatch-rebase"
 CLEAN, MERGED, CONFLICT, RESOLVED, OBSOLETE = "applied clean", "merged", "conflict", "resolved", "dropped as obsolete"
-CONFLICT_MARKERS = ("<<<<<<< ", ">>>>>>> ")
 
 
 @dataclass
@@ -74,6 +72,7 @@ class State:
     rebased: list[str | None] = field(default_factory=list)  # per finished patch: its commit, or None if dropped
     outcomes: list[Outcome] = field(default_factory=list)
     overlay: str | None = None  # the overlay folder whose patches follow the release's, if any
+    conflicts: list[Conflict] = field(default_factory=list)  # at a stop: each conflicted path, to be resolved
 
     @property
     def done(self) -> int:
@@ -99,6 +98,7 @@ class Stopped:
     files: list[str]
     worktree: Path
     outcomes: list[Outcome]
+    conflicts: list[Conflict]
 
 
 def state_dir(project: Path, release: str) -> Path:
@@ -124,7 +124,7 @@ def start(project: Path, release: str, source: gitcmd.Repo, pin: str, onto: str,
     directory.mkdir(parents=True)
     try:
         work = gitcmd.init_borrowing_repo(directory / "objects.git", source)
-        originals = _original_chain(work, pin, patches)
+        originals = original_chain(work, pin, patches)
         state = State(onto, onto_ref, url, into, str(gitcmd.objects_dir(source)), _sha256s(patches), originals, onto,
                       overlay=str(overlay) if overlay is not None else None)
         return _carry(directory, work, state, patches)
@@ -141,10 +141,12 @@ def resume(project: Path, release: str, patches: list[LoadedPatch]) -> Finished 
     work = gitcmd.open_repo(directory / "objects.git")
     worktree = directory / "worktree"
     current = state.outcomes[-1]
-    _refuse_markers(worktree, current.files)
+    # A state.json from before conflicts were recorded: its markers are all there is to check.
+    refuse_unresolved(worktree, current.name, state.conflicts or [Conflict(path, OTHER) for path in current.files])
     tree = gitcmd.worktree_tree(gitcmd.open_repo(worktree))
     _remove_worktree(work, worktree)
     current.result = RESOLVED
+    state.conflicts = []
     _record(work, state, patches[state.done], tree)
     return _carry(directory, work, state, patches)
 
@@ -169,7 +171,7 @@ def _applied(work: gitcmd.Repo, tree: str, item: LoadedPatch) -> str:
     return applier.tree()
 
 
-def _original_chain(work: gitcmd.Repo, pin: str, patches: list[LoadedPatch]) -> list[str]:
+def original_chain(work: gitcmd.Repo, pin: str, patches: list[LoadedPatch]) -> list[str]:
     """ORIG(1..n): the series as it is, applied exactly on the pin, one commit per patch."""
     chain, parent = [], pin
     for item in patches:
@@ -182,34 +184,46 @@ def _original_chain(work: gitcmd.Repo, pin: str, patches: list[LoadedPatch]) -> 
     return chain
 
 
+@dataclass(frozen=True)
+class Attempt:
+    result: str  # CLEAN, MERGED, OBSOLETE or CONFLICT
+    tree: str  # the tree the patch gives; at a CONFLICT, with markers in the conflicted files
+    merge: gitcmd.MergeResult | None = None  # at a CONFLICT: the merge, its conflicted paths
+
+
+def attempt(work: gitcmd.Repo, tip_tree: str, base: str, original: str, item: LoadedPatch) -> Attempt:
+    """Patch i onto NEW(i-1) (`tip_tree`): exactly, else merged 3-way, as `git am -3` does: ours is
+    NEW(i-1) and theirs ORIG(i) (`original`), both children of ORIG(i-1) (`base`), their merge base.
+    Synthetic commits in the scratch repository only."""
+    try:
+        return Attempt(CLEAN, _applied(work, tip_tree, item))
+    except PatchConflict:
+        pass
+    ours = _commit_with(work, tip_tree, base, "rebased series so far")
+    # Named refs, because merge-tree labels the conflict markers with the names it is given.
+    gitcmd.update_ref(work, "refs/heads/upstream", ours)
+    gitcmd.update_ref(work, f"refs/heads/patch/{item.name}", original)
+    merged = gitcmd.merge_commits(work, "upstream", f"patch/{item.name}")
+    if merged.conflicts:
+        return Attempt(CONFLICT, merged.tree, merged)
+    return Attempt(OBSOLETE if merged.tree == tip_tree else MERGED, merged.tree)
+
+
 def _carry(directory: Path, work: gitcmd.Repo, state: State, patches: list[LoadedPatch]) -> Finished | Stopped:
     while state.done < len(patches):
         item = patches[state.done]
         base = state.originals[state.done - 1] if state.done else _parent(work, state.originals[0])
-        tip_tree = gitcmd.tree_of(work, state.tip)
-        try:
-            tree = _applied(work, tip_tree, item)
-            state.outcomes.append(Outcome(item.name, CLEAN))
-            _record(work, state, item, tree)
+        tried = attempt(work, gitcmd.tree_of(work, state.tip), base, state.originals[state.done], item)
+        if tried.merge is None:
+            state.outcomes.append(Outcome(item.name, tried.result))
+            _record(work, state, item, tried.tree)
             continue
-        except PatchConflict:
-            pass
-        # `git am -3`: ours is NEW(i-1) and theirs ORIG(i), both children of ORIG(i-1), so that
-        # ORIG(i-1) is their merge base. Synthetic commits in the scratch repository only.
-        ours = _commit_with(work, tip_tree, base, "rebased series so far")
-        # Named refs, because merge-tree labels the conflict markers with the names it is given.
-        gitcmd.update_ref(work, "refs/heads/upstream", ours)
-        gitcmd.update_ref(work, f"refs/heads/patch/{item.name}", state.originals[state.done])
-        merged = gitcmd.merge_commits(work, "upstream", f"patch/{item.name}")
-        if not merged.conflicts:
-            state.outcomes.append(Outcome(item.name, OBSOLETE if merged.tree == tip_tree else MERGED))
-            _record(work, state, item, merged.tree)
-            continue
-        state.outcomes.append(Outcome(item.name, CONFLICT, list(merged.conflicts)))
+        state.outcomes.append(Outcome(item.name, CONFLICT, list(tried.merge.conflicts)))
+        state.conflicts = conflicts_of(work, tried.merge)
         worktree = directory / "worktree"
-        gitcmd.add_worktree(work, worktree, state.tip, merged.tree)
+        gitcmd.add_worktree(work, worktree, state.tip, tried.tree, tried.merge)
         _save(directory, state)
-        return Stopped(item.name, list(merged.conflicts), worktree, state.outcomes)
+        return Stopped(item.name, list(tried.merge.conflicts), worktree, state.outcomes, state.conflicts)
     texts: dict[str, str | None] = {}
     for item, commit in zip(patches, state.rebased):
         texts[item.name] = _refreshed(item.text, gitcmd.format_patch(work, commit)) if commit else None
@@ -263,16 +277,6 @@ def stopped_overlay(project: Path, release: str) -> Path | None:
     return Path(overlay) if overlay else None
 
 
-def _refuse_markers(worktree: Path, files: list[str]) -> None:
-    for name in files:
-        path = worktree / name
-        if not path.is_file():
-            continue
-        for number, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), start=1):
-            if line.startswith(CONFLICT_MARKERS):
-                raise InvalidInput(f"{path}:{number}", "conflict marker still there", hint="resolve the conflict, then run 'rocmpatch rebase --continue'")
-
-
 def _remove_worktree(work: gitcmd.Repo, worktree: Path) -> None:
     shutil.rmtree(worktree)
     gitcmd.run(work, "worktree", "prune")
@@ -290,6 +294,7 @@ def _load(project: Path, release: str) -> tuple[Path, State]:
     try:
         data = json.loads(read_regular_file(path, limit=MAX_TEXT_FILE, what="rebase state"))
         data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
+        data["conflicts"] = [Conflict(**c) for c in data.get("conflicts", [])]
         data.setdefault("into", None)
         data.setdefault("overlay", None)
         state = State(**data)
@@ -313,118 +318,5 @@ def _check_types(state: State) -> None:
         raise ValueError("rebased is not a list of commits")
     if not state.outcomes or not all(isinstance(o.name, str) and isinstance(o.result, str) and isinstance(o.files, list) for o in state.outcomes):
         raise ValueError("outcomes is empty or malformed")
-
-
-def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
-    """Write the refreshed patches, drop obsolete ones, and pin the new commit in upstream.lock:
-    into the release's own folder, or (--into) into a new release folder, leaving the old one as it was.
-
-    The lock is computed (the refreshed series applied exactly to the new commit) before any file
-    is written, so a failure here leaves the project as it was."""
-    destination = loaded.location.patchsets.location(finished.into) if finished.into else loaded.location
-    kept = _kept(loaded.release_patches, finished, destination.series_dir)
-    new_series = Series(destination.series_dir, tuple(p.entry for p in kept))
-    new_loaded = LoadedSeries(destination, new_series, tuple(kept), loaded.lock)
-    new_lock = locking.compute(new_loaded, locking.Pin(ref=finished.onto_ref, commit=finished.onto), url_override=finished.url)
-    overlay = _carried_overlay(LoadedSeries(destination, new_series, tuple(kept), new_lock), loaded.overlay, finished)
-    if overlay is None and new_lock.patched_tree != finished.tree:
-        raise CheckFailed(f"the refreshed series gives tree {new_lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
-    dropped = {p.name for p in loaded.release_patches if finished.texts[p.name] is None}
-    series_text = without_entries((loaded.series.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
-    destination.series_dir.mkdir(parents=True, exist_ok=True)
-    for patch in kept:
-        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
-    if dropped or finished.into:
-        replace_file(destination.series_dir / SERIES_FILE, series_text.encode("utf-8"))
-    if not finished.into:
-        for patch in loaded.release_patches:
-            if patch.name in dropped:
-                patch.path.unlink()
-    elif (loaded.location.series_dir / RELEASE_FILE).is_file():
-        old_info = (loaded.location.series_dir / RELEASE_FILE).read_text(encoding="utf-8")
-        replace_file(destination.series_dir / RELEASE_FILE, carried_release_info(old_info, loaded.location.release).encode("utf-8"))
-    locking.write(destination, new_lock)
-    if overlay is not None:
-        _write_overlay(loaded.overlay, *overlay, finished)
-    return destination
-
-
-def _kept(patches: tuple[LoadedPatch, ...], finished: Finished, directory: Path) -> list[LoadedPatch]:
-    """The refreshed patches of one layer that upstream does not already hold, as files in `directory`."""
-    return [loaded_patch(patch.entry, text.encode("utf-8", "surrogateescape"), directory / patch.entry.file, patch.layer)
-            for patch in patches if (text := finished.texts[patch.name]) is not None]
-
-
-def _carried_overlay(new_release: LoadedSeries, overlay: LoadedOverlay | None, finished: Finished) -> tuple[LoadedOverlay, OverlayLock] | None:
-    """The overlay's refreshed patches and its new lock on the rebased release (computed, nothing
-    written); None without an overlay. CheckFailed when every overlay patch is upstream now (an
-    overlay cannot be empty: the framework drops it) or the trees disagree."""
-    if overlay is None:
-        return None
-    kept = _kept(overlay.patches, finished, overlay.directory)
-    if not kept:
-        raise CheckFailed(f"every patch of the overlay {overlay.directory} is upstream now; nothing was written",
-                          hint="drop the overlay (and --overlay), then rerun the rebase")
-    carried = LoadedOverlay(overlay.directory, Series(overlay.directory, tuple(p.entry for p in kept)), tuple(kept), None)
-    lock = locking.compute_overlay(new_release.with_overlay(carried), url_override=finished.url)
-    if lock.patched_tree != finished.tree:
-        raise CheckFailed(f"the refreshed series and overlay give tree {lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
-    return carried, lock
-
-
-def _write_overlay(old: LoadedOverlay, carried: LoadedOverlay, lock: OverlayLock, finished: Finished) -> None:
-    """DIR's refreshed patch files, series.yaml without the patches upstream now holds, overlay.lock."""
-    for patch in carried.patches:
-        replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
-    dropped = {p.name for p in old.patches if finished.texts[p.name] is None}
-    if dropped:
-        text = without_entries((old.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
-        replace_file(old.directory / SERIES_FILE, text.encode("utf-8"))
-        for patch in old.patches:
-            if patch.name in dropped:
-                patch.path.unlink()
-    locking.write_overlay(carried, lock)
-
-
-def carried_release_info(text: str, source_release: str) -> str:
-    """release.yaml for a release started from `source_release`: its smoke profile (and comments)
-    kept, since the new tree most likely runs the same checks, but no `validated:` record: nothing
-    has run on the new tree yet."""
-    replacement = (f"# Started from {source_release} by 'rocmpatch rebase --into': the smoke profile below is carried\n"
-                   "# over (check it against this tree's layout); nothing has been validated on this tree yet.\n"
-                   "validated: []\n")
-    root = yaml.compose(text, Loader=YAML_LOADER)
-    lines = text.splitlines(keepends=True)
-    pairs = root.value if root is not None and isinstance(root.value, list) else []
-    keys = [key for key, _ in pairs]
-    for index, (key, value) in enumerate(pairs):
-        if key.value != "validated":
-            continue
-        start, end = _line_span(keys, index, value)
-        while end - 1 > start and lines[end - 1].strip()[:1] in ("#", ""):
-            end -= 1  # comments before the next key belong to it
-        return "".join(lines[:start]) + replacement + "".join(lines[end:])
-    return replacement + text
-
-
-def _line_span(starts: list, index: int, last) -> tuple[int, int]:
-    """Lines [start, end) of the index-th of consecutive YAML nodes (`starts`, where each begins):
-    up to where the next begins, or for the last one to the end of `last` (its value)."""
-    if index + 1 < len(starts):
-        return starts[index].start_mark.line, starts[index + 1].start_mark.line
-    return starts[index].start_mark.line, last.end_mark.line + (last.end_mark.column > 0)
-
-
-def without_entries(text: str, names: set[str]) -> str:
-    """series.yaml with the entries named `names` cut out, everything else (comments too) kept."""
-    if not names:
-        return text
-    root = yaml.compose(text, Loader=YAML_LOADER)
-    items = dict((k.value, v) for k, v in root.value)["series"].value
-    lines = text.splitlines(keepends=True)
-    cut: set[int] = set()
-    for index, item in enumerate(items):
-        name = dict((k.value, v.value) for k, v in item.value).get("name")
-        if name in names:
-            cut.update(range(*_line_span(items, index, item)))
-    return "".join(line for number, line in enumerate(lines) if number not in cut)
+    if not all(isinstance(c.path, str) and isinstance(c.kind, str) and isinstance(c.left, (str, type(None))) for c in state.conflicts):
+        raise ValueError("conflicts is malformed")

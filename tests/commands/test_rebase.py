@@ -68,3 +68,15 @@ def test_abort_changes_nothing(history):
 def test_exactly_one_action(history):
     assert invoke(history).exit_code == 2
     assert invoke(history, "--onto", "main", "--abort").exit_code == 2
+
+
+def test_continue_refuses_an_unresolved_conflict_in_one_line(history):
+    assert invoke(history, "--onto", "main").exit_code == 4
+    worktree = rebase.state_dir(history.project, RELEASE) / "worktree"
+    result = invoke(history, "--continue")
+    assert result.exit_code == 3, result.output
+    error = [line for line in result.stderr.splitlines() if line.startswith("rocmpatch: error:")]
+    assert len(error) == 1 and f"{worktree}: patch alpha is not resolved: a.py:" in error[0]
+    assert "git rm FILE" in result.stderr
+    resolve_alpha(worktree)
+    assert invoke(history, "--continue").exit_code == 0
