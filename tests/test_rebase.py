@@ -78,7 +78,9 @@ def test_stops_on_a_real_conflict_then_continue_carries_the_rename(history, proj
     assert done.texts["gamma"] is None
     assert "+++ b/new/mod.py" in done.texts["mod"] and "a/old/mod.py" not in done.texts["mod"]
     assert done.texts["alpha"].startswith("From 0000000000000000000000000000000000000000 ")
-    assert "Subject: [PATCH] alpha: patch a.py" in done.texts["alpha"]
+    # The words come from the series.yaml entry, not from the old patch header ("alpha: patch a.py").
+    assert "Subject: [PATCH] alpha: summary of alpha\n\nWhat alpha does.\n\nWhy: Why alpha.\n---\n" in done.texts["alpha"]
+    assert "patch a.py" not in done.texts["alpha"] and "From: Up Stream <up@example.com>" in done.texts["alpha"]
     # The refreshed series applies exactly on the new upstream and gives the rebased tree.
     repo = gitcmd.open_repo(history.repo)
     patches = [parse_patch(t, name=n, source=n) for n, t in done.texts.items() if t]

@@ -15,6 +15,9 @@ stops the rebase ("conflict"):
 * `--continue` takes the worktree's files as patch i and goes on, once every conflicted path is
   resolved (rebase_conflicts); `--abort` deletes the directory.
 
+The rewritten patch files take their message from the series.yaml entries (the one source of a
+patch's name, summary, description and why), their author and date from the patch files.
+
 Each patch goes through the same applier as apply and check (rocmpatch.trees.SeriesApplier: the
 same path, mode and symlink safety). The series files and upstream.lock are written only when
 every patch is through, so a stopped or aborted rebase has changed nothing of the project.
@@ -43,6 +46,7 @@ from rocmpatch.errors import (
 )
 from rocmpatch.files import MAX_TEXT_FILE, read_regular_file, replace_file
 from rocmpatch.gitcmd import Identity
+from rocmpatch.schema import SeriesEntry
 from rocmpatch.series import OVERLAY, LoadedPatch
 from rocmpatch.trees import SeriesApplier
 
@@ -251,9 +255,15 @@ def _record(work: gitcmd.Repo, state: State, item: LoadedPatch, tree: str) -> No
 
 
 def _commit(work: gitcmd.Repo, tree: str, parent: str, item: LoadedPatch) -> str:
-    """A commit carrying the patch's own author, date and message, so format-patch repeats them."""
+    """A commit with the patch's own author and date and its entry's words, so format-patch writes them."""
     info = gitcmd.mail_info(work, item.text)
-    return gitcmd.commit_tree(work, tree, parent, info.message(), Identity(info.author, info.email, info.date))
+    return gitcmd.commit_tree(work, tree, parent, entry_message(item.entry), Identity(info.author, info.email, info.date))
+
+
+def entry_message(entry: SeriesEntry) -> str:
+    """A patch file's message from its series.yaml entry: "<name>: <summary>", the description, "Why: <why>"."""
+    parts = [f"{entry.name}: {entry.summary.strip()}", entry.description.strip(), f"Why: {entry.why.strip()}" if entry.why.strip() else ""]
+    return "\n\n".join(part for part in parts if part) + "\n"
 
 
 def _commit_with(work: gitcmd.Repo, tree: str, parent: str, message: str) -> str:

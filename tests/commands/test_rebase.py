@@ -32,6 +32,7 @@ def snapshot(project):
 
 def test_conflict_then_continue_rewrites_the_series_and_the_lock(history):
     before = snapshot(history.project)
+    entries = {e.name: e for e in load_series(history.series_dir).entries}
     result = invoke(history, "--onto", "main")
     assert result.exit_code == 4, result.output
     assert "alpha" in result.output and "rocmpatch rebase --continue" in result.output
@@ -47,7 +48,11 @@ def test_conflict_then_continue_rewrites_the_series_and_the_lock(history):
     assert [p.name for p in lock.patches] == ["alpha", "mod", "beta"]
     assert [e.name for e in load_series(history.series_dir).entries] == ["alpha", "mod", "beta"]
     assert not (history.series_dir / "0003-gamma.patch").exists()
-    assert "b/new/mod.py" in (history.series_dir / "0002-mod.patch").read_text()
+    mod = (history.series_dir / "0002-mod.patch").read_text()
+    assert "b/new/mod.py" in mod
+    # series.yaml is the source of a patch's words: its entries are kept, the rewritten header follows them.
+    assert list(load_series(history.series_dir).entries) == [entries[name] for name in ("alpha", "mod", "beta")]
+    assert "Subject: [PATCH] mod: mod summary\n\nWhat mod changes.\n\nWhy: Because tests need it.\n---\n" in mod
     assert not rebase.in_progress(history.project, [RELEASE])
     # The rewritten series passes the engine's own checks against the new pin.
     runner = CliRunner()
