@@ -264,15 +264,18 @@ def drift(upstream_url, series_dir, release, overlay, ref, span, as_json, markdo
 @click.option("--continue", "resume", is_flag=True, help="Go on after resolving a conflict in the rebase worktree.")
 @click.option("--abort", is_flag=True, help="Give up the stopped rebase; nothing of the project changes.")
 @click.option("--into", metavar="NEW_RELEASE", help="Write the carried series as a new release (new folder in patchsets/, new lock entry) instead of rewriting --release's.")
+@click.option("--report", is_flag=True, help="With --onto: try every patch onto REF without stopping, print exact / 3-way / conflict per patch and the totals; write nothing.")
+@json_option
 @upstream_url_option
 @series_dir_option
 @release_option
 @overlay_option
-def rebase(onto, resume, abort, into, upstream_url, series_dir, release, overlay) -> None:
-    """Carry a release's series (and an overlay's) to a newer upstream with a 3-way merge per patch; rewrite it, or start a new release with --into."""
+def rebase(onto, resume, abort, into, report, as_json, upstream_url, series_dir, release, overlay) -> None:
+    """Carry a release's series (and an overlay's) to a newer upstream with a 3-way merge per patch; rewrite it, or start a new release with --into; --report sizes the port first."""
     from rocmpatch.commands.rebase import run
 
-    _run(run, onto=onto, resume=resume, abort=abort, into=into, upstream_url=upstream_url, series_dir=series_dir, release=release, overlay=overlay)
+    _run(run, onto=onto, resume=resume, abort=abort, into=into, report=report, as_json=as_json, upstream_url=upstream_url,
+         series_dir=series_dir, release=release, overlay=overlay)
 
 
 @app.command()

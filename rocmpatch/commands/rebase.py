@@ -5,20 +5,27 @@ from pathlib import Path
 from rich.table import Table
 
 from rocmpatch import series, store
-from rocmpatch.operations import rebase, rebase_results
+from rocmpatch.operations import rebase, rebase_report, rebase_results
 from rocmpatch.operations.rebase_conflicts import RESOLVE_HINT
-from rocmpatch.commands import load_selected
-from rocmpatch.console import err, out
+from rocmpatch.commands import load_selected, patch_label
+from rocmpatch.console import emit_json, err, out
 from rocmpatch.errors import ExitCode, TargetRefused, UsageError
 from rocmpatch.schema import is_release_name
 
 
 def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None,
-        release: str | None = None, into: str | None = None, overlay: Path | None = None) -> ExitCode:
+        release: str | None = None, into: str | None = None, overlay: Path | None = None,
+        report: bool = False, as_json: bool = False) -> ExitCode:
     if [bool(onto), resume, abort].count(True) != 1:
         raise UsageError("rocmpatch rebase: give exactly one of --onto REF, --continue or --abort")
     if into and not onto:
         raise UsageError("--into NEW_RELEASE goes with --onto REF (a stopped rebase remembers it)")
+    if report and (not onto or into):
+        raise UsageError("--report goes with --onto REF, without --into (it writes nothing)")
+    if as_json and not report:
+        raise UsageError("--json goes with --report", hint="rocmpatch rebase --onto REF --report --json")
+    if report:
+        return _report(onto, upstream_url, series_dir, release, overlay, as_json)
     patchsets, named = series.find_patchsets(series_dir)
     project = patchsets.lock_path.parent
     if onto:
@@ -51,6 +58,32 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
               f"patch files in {written.series_dir} and its entry in {written.lock_path.name} written", markup=False)
     if loaded.overlay is not None:
         out.print(f"the overlay {loaded.overlay.directory}: its patch files and overlay.lock written, on {written.release}", markup=False)
+    return ExitCode.OK
+
+
+def _report(onto: str, upstream_url: str | None, series_dir: Path | None, release: str | None, overlay: Path | None, as_json: bool) -> ExitCode:
+    """Exit 0 whatever the patches do: conflicts are the report's answer, not the command's failure."""
+    loaded = load_selected(series_dir, release, overlay)
+    lock = loaded.locked()
+    repo, commits = store.history_repo(store.upstream_url(lock.upstream, upstream_url), [lock.upstream.commit, onto])
+    found = rebase_report.report(repo, loaded.location.release, lock.upstream.commit, commits[onto], onto, list(loaded.patches))
+    if as_json:
+        emit_json(found.to_json())
+        return ExitCode.OK
+    table = Table(title=f"{found.release} onto {onto} ({found.onto[:12]})")
+    for column in ("patch", "result", "conflicts"):
+        table.add_column(column, overflow="fold")
+    styles = {rebase_report.EXACT: "green", rebase_report.THREE_WAY: "cyan", rebase_report.CONFLICT: "red"}
+    for item in found.patches:
+        result = f"[{styles[item.result]}]{item.result}[/]" + (" (upstream has it)" if item.upstream_has_it else "")
+        table.add_row(patch_label(item.name, item.layer), result, "\n".join(f"{c.path} ({c.kind})" for c in item.conflicts))
+    out.print(table)
+    totals = found.totals
+    out.print(f"{len(found.patches)} patches: {totals['exact']} exact, {totals['3-way']} 3-way, {totals['conflict']} conflict; "
+              f"{found.seconds:.1f} s. Nothing was written.", markup=False)
+    if totals["conflict"]:
+        out.print("After a conflict, the next patches were tried with that patch's cleanly merged files kept and its "
+                  "conflicted files as upstream has them ('carried' in --json).", markup=False)
     return ExitCode.OK
 
 

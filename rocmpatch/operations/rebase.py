@@ -15,6 +15,8 @@ stops the rebase ("conflict"):
 * `--continue` takes the worktree's files as patch i and goes on, once every conflicted path is
   resolved (rebase_conflicts); `--abort` deletes the directory.
 
+`rebase --report` (rebase_report) takes the same steps (`attempt`) without stopping, and writes nothing.
+
 The rewritten patch files take their message from the series.yaml entries (the one source of a
 patch's name, summary, description and why), their author and date from the patch files.
 

@@ -221,6 +221,13 @@ def test_rebase_carries_the_series_and_the_overlay(cli, overlay, project, upstre
     assert (target / "pkg/b.py").read_text().endswith("# later\n") and FRAMEWORK_B7 in (target / "pkg/b.py").read_text()
 
 
+def test_rebase_report_tries_the_overlay_s_patches_after_the_release_s(cli, overlay, upstream):
+    result = cli("rebase", "--onto", upstream.later, "--report", "--json", "--upstream-url", upstream.url, "--overlay", str(overlay))
+    assert result.exit_code == 0, result.output
+    assert [(p["name"], p["layer"]) for p in json.loads(result.stdout)["patches"]] == [
+        ("first-fix", "release"), ("second-fix", "release"), ("framework-fix", "overlay")]
+
+
 def test_rebase_into_a_new_release_moves_the_overlay_there(cli, overlay, project, upstream):
     result = cli("rebase", "--onto", upstream.later, "--into", "test_v2", "--upstream-url", upstream.url, "--overlay", str(overlay),
                  series_dir=project.series_dir.parent)

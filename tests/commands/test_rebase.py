@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -85,3 +87,37 @@ def test_continue_refuses_an_unresolved_conflict_in_one_line(history):
     assert "git rm FILE" in result.stderr
     resolve_alpha(worktree)
     assert invoke(history, "--continue").exit_code == 0
+
+
+def test_report_tries_every_patch_and_writes_nothing(history):
+    before = snapshot(history.project)
+    result = invoke(history, "--onto", "main", "--report")
+    assert result.exit_code == 0, result.output  # conflicts are the report's answer, not a failure
+    assert "4 patches: 1 exact, 2 3-way, 1 conflict" in result.stdout
+    assert "a.py (both changed)" in result.stdout and "upstream has it" in result.stdout
+    assert snapshot(history.project) == before
+    assert not rebase.state_dir(history.project, RELEASE).exists()
+
+
+def test_report_json(history):
+    result = invoke(history, "--onto", "main", "--report", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["release"] == RELEASE and data["onto_ref"] == "main" and data["onto"] == history.commits["m7"]
+    assert data["totals"] == {"exact": 1, "3-way": 2, "conflict": 1}
+    assert [(p["name"], p["result"], p["upstream_has_it"]) for p in data["patches"]] == [
+        ("alpha", "conflict", False), ("mod", "3-way", False), ("gamma", "3-way", True), ("beta", "exact", False)]
+    assert data["patches"][0]["conflicts"] == [{"path": "a.py", "kind": "both changed"}]
+
+
+def test_report_runs_beside_a_stopped_rebase(history):
+    assert invoke(history, "--onto", "main").exit_code == 4
+    state = (rebase.state_dir(history.project, RELEASE) / "state.json").read_bytes()
+    assert invoke(history, "--onto", "main", "--report").exit_code == 0
+    assert (rebase.state_dir(history.project, RELEASE) / "state.json").read_bytes() == state
+
+
+@pytest.mark.parametrize("args", [["--report"], ["--continue", "--report"], ["--onto", "main", "--report", "--into", "test_v2"],
+                                  ["--onto", "main", "--json"]])
+def test_report_and_json_only_go_with_onto(history, args):
+    assert invoke(history, *args).exit_code == 2
