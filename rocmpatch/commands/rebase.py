@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from rocmpatch import series, store
@@ -76,7 +77,7 @@ def _report(onto: str, upstream_url: str | None, series_dir: Path | None, releas
     styles = {rebase_report.EXACT: "green", rebase_report.THREE_WAY: "cyan", rebase_report.CONFLICT: "red"}
     for item in found.patches:
         result = f"[{styles[item.result]}]{item.result}[/]" + (" (upstream has it)" if item.upstream_has_it else "")
-        table.add_row(patch_label(item.name, item.layer), result, "\n".join(f"{c.path} ({c.kind})" for c in item.conflicts))
+        table.add_row(escape(patch_label(item.name, item.layer)), result, escape("\n".join(f"{c.path} ({c.kind})" for c in item.conflicts)))
     out.print(table)
     totals = found.totals
     out.print(f"{len(found.patches)} patches: {totals['exact']} exact, {totals['3-way']} 3-way, {totals['conflict']} conflict; "
