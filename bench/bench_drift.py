@@ -1,7 +1,7 @@
 """drift over the whole range pin -> REF, against the naive loop (check out every commit of REF's
 first-parent line and apply the series there), measured on a sample of commits and extrapolated.
 
-    ROCMPATCH_TEST_UPSTREAM=<mirror> python bench/bench_drift.py [--series-dir patchsets] [--ref main] [--sample 20]
+    ROCMPATCH_TEST_UPSTREAM=<mirror> python bench/bench_drift.py [--series-dir patchsets] [--release NAME] [--ref main] [--sample 20]
 
 Prints both times and their ratio; asserts nothing.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rocmpatch import gitcmd, series, store  # noqa: E402
-from rocmpatch.operations import drift
+from rocmpatch import gitcmd, releases, series, store  # noqa: E402
+from rocmpatch.operations import drift  # noqa: E402
 
 
 def naive_seconds(mirror: Path, patch_files: list[Path], commits: list[str]) -> float:
@@ -39,6 +39,7 @@ def naive_seconds(mirror: Path, patch_files: list[Path], commits: list[str]) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series-dir", type=Path, default=None)
+    parser.add_argument("--release", default=None, help="default: the default release")
     parser.add_argument("--ref", default="main")
     parser.add_argument("--sample", type=int, default=20)
     args = parser.parse_args()
@@ -46,7 +47,7 @@ def main() -> None:
     if not mirror:
         sys.exit("set ROCMPATCH_TEST_UPSTREAM to a git mirror of NVIDIA/Megatron-LM")
     mirror_path = Path(mirror.removeprefix("file://"))
-    loaded = series.load(series.locate(args.series_dir))
+    loaded = series.load(releases.choose(args.series_dir, args.release).location)
     pin = loaded.locked().upstream.commit
     repo, commits = store.history_repo(str(mirror_path), [pin, args.ref])
 
