@@ -12,7 +12,8 @@ Each patch has one block on the page, between two comment lines:
 `lock` rewrites what is inside each block and keeps everything outside byte for byte: the page's
 own prose (how the series is tested, sections grouping patches, how each patch was tested), and the
 place of each block. A patch without a block gets one before the block of the next patch in the
-series (at the end of the page when none follows); a block whose patch left the series is dropped.
+series (at the end of the page when none follows); a block whose patch left the series is dropped,
+and so is a second block of one patch.
 The page is written only where it exists (a source checkout's docs/, beside patchsets/).
 """
 
@@ -48,7 +49,7 @@ def render(series: Series, page: str) -> str:
         parts.append(page[position:found.start()])
         names.append(None)
         name = found.group("name")
-        if name in entries:
+        if name in entries and name not in names:  # a second block of one patch goes too
             parts.append(block(entries[name], release))
             names.append(name)
         position = found.end()

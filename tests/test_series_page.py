@@ -50,6 +50,7 @@ def test_a_new_patch_goes_before_the_next_one_and_a_removed_one_goes():
     written = series_page.render(series(A, B, C), page)
     assert names_in(written) == ["alpha", "beta", "gamma"]
     assert "Alpha's tests.\n\n" + series_page.block(B, "test_v1") + "\n" + series_page.block(C, "test_v1") in written
+    assert series_page.render(series(A, B, C), written + "\n" + empty("alpha")) == written + "\n"  # twice: once
     removed = series_page.render(series(A, C), written)
     assert names_in(removed) == ["alpha", "gamma"] and "Alpha's tests.\n\n\n" + series_page.block(C, "test_v1") in removed
     assert names_in(series_page.render(series(A, B, C, entry("delta", 4)), written))[-1] == "delta"  # none follows: at the end
