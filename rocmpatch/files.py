@@ -30,16 +30,19 @@ def naming(path: Path | str) -> Iterator[None]:
         raise
 
 
-def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
+def replace_file(path: Path, data: bytes, *, durable: bool = False, mode: int | None = None) -> None:
     """Write `data` beside `path`, then rename it over `path` (atomic on POSIX).
 
     The temporary file gets a fresh random name, created with O_EXCL (mkstemp), so a file or
     symlink planted at a predictable name is never followed or overwritten; renaming over a
     symlink at `path` replaces the link, not its target.
-    `durable` also syncs the data to disk first, for records that must survive a crash (the journal)."""
+    `durable` also syncs the data to disk first, for records that must survive a crash (the journal).
+    `mode`: the new file's permission bits (mkstemp's are 0600), e.g. those of the file it replaces."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".rocmpatch-tmp", dir=path.parent)
     try:
         with naming(temporary), os.fdopen(handle, "wb") as stream:
+            if mode is not None:
+                os.fchmod(stream.fileno(), mode)
             stream.write(data)
             if durable:
                 stream.flush()

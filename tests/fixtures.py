@@ -1,7 +1,8 @@
 """Real git repositories and series in tmp dirs, for tests. Nothing here mocks git.
 
 make_upstream builds a small "upstream" with history, a tag and a symlink; make_series writes a
-series.yaml, patch files made by `git diff` and an upstream.lock made by the real lock code.
+series.yaml, patch files made by `git diff` (each header written from its entry, as `rocmpatch lock`
+writes it) and an upstream.lock made by the real lock code.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from rocmpatch import gitcmd, series
+from rocmpatch import gitcmd, patch_header, series
 from rocmpatch.operations import locking
-from rocmpatch.schema import Lock, load_lock_file
+from rocmpatch.schema import Lock, load_lock_file, load_series
 
 RELEASE = "test_v1"  # the release folder fixtures write: patchsets/test_v1/
 
@@ -100,7 +101,7 @@ def patch_texts(upstream: Upstream, patches: list[tuple[str, dict[str, str | Non
 
 
 def series_entry(name: str, file: str) -> dict:
-    return {"name": name, "file": file, "summary": f"{name} summary", "description": f"What {name} changes.\n",
+    return {"name": name, "file": file, "summary": "test patch", "description": f"What {name} changes.\n",
             "why": "Because tests need it.\n", "author": "tests", "origin": "rocmpatch", "forwarded": "no", "last-update": "2026-11-22"}
 
 
@@ -116,12 +117,13 @@ def lock_of(location: series.Location) -> Lock:
     return load_lock_file(location.lock_path).releases[location.release]
 
 
-def write_series(root: Path, texts: list[tuple[str, bytes]], release: str = RELEASE) -> series.Location:
-    return location_of(write_series_dir(root / "patchsets" / release, texts))
+def write_series(root: Path, texts: list[tuple[str, bytes]], release: str = RELEASE, *, headers: bool = False) -> series.Location:
+    return location_of(write_series_dir(root / "patchsets" / release, texts, headers=headers))
 
 
-def write_series_dir(directory: Path, texts: list[tuple[str, bytes]]) -> Path:
-    """series.yaml and one patch file per text in `directory` (a release's folder, or an overlay)."""
+def write_series_dir(directory: Path, texts: list[tuple[str, bytes]], *, headers: bool = False) -> Path:
+    """series.yaml and one patch file per text in `directory` (a release's folder, or an overlay);
+    with `headers`, each file's header as `rocmpatch lock` writes it from its entry."""
     directory.mkdir(parents=True, exist_ok=True)
     entries = []
     for number, (name, text) in enumerate(texts, start=1):
@@ -129,12 +131,15 @@ def write_series_dir(directory: Path, texts: list[tuple[str, bytes]]) -> Path:
         (directory / file).write_bytes(text)
         entries.append(series_entry(name, file))
     (directory / "series.yaml").write_text("# test series\n" + yaml.safe_dump({"series": entries}, sort_keys=False))
+    for entry in load_series(directory).entries if headers else ():
+        path = directory / entry.file
+        path.write_bytes(patch_header.with_header(entry, path.read_bytes().decode()).encode())
     return directory
 
 
 def make_series(root: Path, upstream: Upstream, patches=None) -> series.Location:
     """A series + lock pinned to upstream's tag, the lock written by the real `lock` code."""
-    location = write_series(root, patch_texts(upstream, DEFAULT_PATCHES if patches is None else patches))
+    location = write_series(root, patch_texts(upstream, DEFAULT_PATCHES if patches is None else patches), headers=True)
     write_lock(location, locking.Pin(upstream.url, upstream.ref, upstream.commit))
     return location
 
@@ -152,7 +157,7 @@ def make_overlay(directory: Path, upstream: Upstream, location: series.Location,
     """An overlay folder (series.yaml, patch files, overlay.lock by the real lock code) on top of
     DEFAULT_PATCHES, the series `location` holds."""
     texts = patch_texts(upstream, DEFAULT_PATCHES + (OVERLAY_PATCHES if patches is None else patches))[len(DEFAULT_PATCHES):]
-    write_series_dir(directory, texts)
+    write_series_dir(directory, texts, headers=True)
     write_overlay_lock(directory, location)
     return directory
 

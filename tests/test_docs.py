@@ -1,7 +1,8 @@
 """The docs match the CLI: every `rocmpatch ...` command line the docs show names a command and options
 that exist, every JSON format `--help` points to is in docs/commands.md, no install command names a
 package that is not on PyPI, and the dependency instructions are one block per release (docs/install.md),
-run for real in a fresh virtual environment by the full-tree test at the end."""
+run for real in a fresh virtual environment by the full-tree test at the end. Each release's
+docs/patches-<release>.md says what series.yaml says, as `rocmpatch lock` writes it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 import click
 import pytest
 
+from rocmpatch import series_page
 from rocmpatch.cli import app
+from rocmpatch.schema import load_series
 from rocmpatch.series import PACKAGE_DIR, find_patchsets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +147,20 @@ def test_one_dependency_block_per_release_and_nowhere_else():
                  for line in doc.read_text(encoding="utf-8").splitlines()
                  if re.search(r"pip install (-r \S*Megatron-LM|psutil|pybind11 einops|numpy|transformers|nltk)", line)]
     assert not elsewhere, elsewhere
+
+
+def test_each_release_page_says_what_its_series_yaml_says():
+    """docs/patches-<release>.md holds one block per patch, written from series.yaml by `rocmpatch lock`
+    (the rest of the page is prose kept as it is): an edit of series.yaml without `lock` fails here."""
+    patchsets, _ = find_patchsets(ROOT / "patchsets")
+    stale = []
+    for release in patchsets.releases():
+        page = series_page.page_path(patchsets.root, release)
+        assert page.is_file(), f"{page.relative_to(ROOT)}: missing (create it with a title line, then run 'rocmpatch lock --release {release}')"
+        line = series_page.refresh(page, load_series(patchsets.location(release).series_dir), write=False)
+        if line:
+            stale.append(f"{page.relative_to(ROOT)}:{line}: not what patchsets/{release}/series.yaml gives (run 'rocmpatch lock --release {release}')")
+    assert patchsets.releases() and not stale, "\n".join(stale)
 
 
 # ------------------------------------------------------------------ full tree: the blocks, for real

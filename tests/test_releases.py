@@ -20,9 +20,9 @@ from tests.upstream_history import make_history, write_project
 def two_releases(tmp_path, upstream):
     """test_v1 pinned at the tag, test_v2 (newer) at the commit after it; the same two patches."""
     root = tmp_path / "proj"
-    first = write_series(root, patch_texts(upstream, DEFAULT_PATCHES), release="test_v1")
+    first = write_series(root, patch_texts(upstream, DEFAULT_PATCHES), release="test_v1", headers=True)
     write_lock(first, locking.Pin(upstream.url, upstream.ref, upstream.commit))
-    second = write_series(root, patch_texts(upstream, DEFAULT_PATCHES), release="test_v2")
+    second = write_series(root, patch_texts(upstream, DEFAULT_PATCHES), release="test_v2", headers=True)
     write_lock(second, locking.Pin(upstream.url, "main", upstream.later))
     return first, second
 

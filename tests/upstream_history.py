@@ -127,8 +127,9 @@ def format_patches(repo: Path, pin: str) -> dict[str, str]:
 
 
 def write_project(history: History, project: Path, url: str) -> Path:
-    """patchsets/ (series.yaml + patch files) and upstream.lock pinned to the tag, by the real lock code."""
-    location = write_series(project, [(name, text.encode()) for name, text in history.patch_texts.items()])
+    """patchsets/ (series.yaml + patch files, each header written from its entry as `rocmpatch lock`
+    writes it) and upstream.lock pinned to the tag, by the real lock code."""
+    location = write_series(project, [(name, text.encode()) for name, text in history.patch_texts.items()], headers=True)
     loaded = series.load(location, require_lock=False)
     lock = locking.compute(loaded, locking.Pin(url, "v1.0", history.pin), url_override=str(history.repo))
     locking.write(location, lock)

@@ -5,6 +5,10 @@ The lock is the only place the pins and the patched tree ids are written; apply,
 trust nothing else. Re-pinning (a new commit) goes through here too, e.g. from `rebase`. Writing one
 release's entry keeps every other release's entry as it is.
 
+Each patch file's header is written from its series.yaml entry first (rocmpatch.patch_header: the
+entry is the one source of a patch's words), so the sha256 the lock records is of the file as
+written; `--check` reports each header that says something else (`header_problems`).
+
 With `--overlay DIR`, only the overlay's own lock (DIR/overlay.lock) is written: the release it
 applies to, its patches' sha256s and the tree after the release's series plus the overlay. The
 release's lock must be current (it is rocmpatch's, not the framework's).
@@ -12,15 +16,17 @@ release's lock must be current (it is rocmpatch's, not the framework's).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmpatch import gitcmd, store
+from rocmpatch import gitcmd, patch_header, store
 from rocmpatch.errors import InvalidInput
 from rocmpatch.files import replace_file
-from rocmpatch.schema import Lock, LockedPatch, LockFile, OverlayLock, Upstream, is_full_commit_id
-from rocmpatch.series import LOCK_HINT, LoadedOverlay, LoadedSeries, Location
+from rocmpatch.schema import SERIES_FILE, Lock, LockedPatch, LockFile, OverlayLock, Series, Upstream, is_full_commit_id
+from rocmpatch.series import LOCK_HINT, LoadedOverlay, LoadedPatch, LoadedSeries, Location, loaded_patch
 from rocmpatch.trees import patch_trees
 
 
@@ -31,6 +37,61 @@ class Pin:
     url: str | None = None
     ref: str | None = None
     commit: str | None = None
+
+
+def _entry_where(series: Series, index: int) -> str:
+    return f"{series.directory / SERIES_FILE}: series[{index}]"
+
+
+def with_headers(series: Series, patches: tuple[LoadedPatch, ...]) -> tuple[LoadedPatch, ...]:
+    """The patches as `lock` writes them: each file's header from its entry, its diff as it is
+    (InvalidInput naming series.yaml when an entry's text cannot be a header)."""
+    rewritten = []
+    for index, loaded in enumerate(patches):
+        text = patch_header.with_header(loaded.entry, loaded.text, _entry_where(series, index))
+        same = text == loaded.text
+        rewritten.append(loaded if same else loaded_patch(loaded.entry, text.encode("utf-8", "surrogateescape"), loaded.path, loaded.layer))
+    return tuple(rewritten)
+
+
+def header_problems(series: Series, patches: tuple[LoadedPatch, ...], hint: str) -> list[str]:
+    """One line per patch file whose header is not what `lock` writes from its entry: the file,
+    the line, the first field that differs."""
+    problems = []
+    for index, loaded in enumerate(patches):
+        found = patch_header.difference(loaded.entry, loaded.text, _entry_where(series, index))
+        if found is None:
+            continue
+        if found.field == "layout":
+            problem = f"the header's fields agree with series[{index}] in {SERIES_FILE}, but not its layout ('[PATCH n/m]', the Date, the folding)"
+        else:
+            problem = f"the header's {found.field} differs from series[{index}].{found.field} in {SERIES_FILE}"
+        problems.append(f"{loaded.path}:{found.line}: {problem} ({hint})")
+    return problems
+
+
+def write_patch_files(old: tuple[LoadedPatch, ...], new: tuple[LoadedPatch, ...]) -> list[LoadedPatch]:
+    """Replace each patch file whose text changed (atomically, one by one); the ones written."""
+    written = []
+    for before, after in zip(old, new):
+        if after.text != before.text:
+            mode = stat.S_IMODE(before.path.stat().st_mode)  # as it was, not mkstemp's 0600
+            replace_file(after.path, after.text.encode("utf-8", "surrogateescape"), mode=mode)
+            written.append(after)
+    return written
+
+
+def with_release_headers(loaded: LoadedSeries) -> LoadedSeries:
+    """`loaded` with the release's patches as `lock` writes them."""
+    return dataclasses.replace(loaded, release_patches=with_headers(loaded.series, loaded.release_patches))
+
+
+def with_overlay_headers(loaded: LoadedSeries) -> LoadedSeries:
+    """`loaded` with the overlay's patches as `lock --overlay` writes them (the release's as they are:
+    they are rocmpatch's, and locked)."""
+    overlay = loaded.overlay
+    assert overlay is not None
+    return loaded.with_overlay(dataclasses.replace(overlay, patches=with_headers(overlay.series, overlay.patches)))
 
 
 def compute(loaded: LoadedSeries, pin: Pin = Pin(), *, url_override: str | None = None) -> Lock:

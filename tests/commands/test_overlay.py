@@ -143,7 +143,8 @@ def test_lock_check_and_lock_for_the_overlay(cli, overlay, project):
     release_lock = project.lock_path.read_bytes()
     assert cli("lock", "--check", "--overlay", str(overlay)).exit_code == 0
     patch = overlay / "0001-framework-fix.patch"
-    patch.write_bytes(patch.read_bytes().replace(b"Subject: [PATCH]", b"Subject: [PATCH] edited"))
+    # below the header (which lock writes from series.yaml): a note before the diff
+    patch.write_bytes(patch.read_bytes().replace(b"\n---\n", b"\n---\nedited by hand\n", 1))
     result = cli("lock", "--check", "--overlay", str(overlay))
     assert result.exit_code == 1 and "is stale: patch framework-fix differ" in result.stdout
     refused = cli("apply", "--target", str(overlay.parent / "t"), "--overlay", str(overlay))
