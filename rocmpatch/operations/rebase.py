@@ -36,7 +36,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rocmpatch import gitcmd
+from rocmpatch import gitcmd, patch_header
 from rocmpatch.operations.rebase_conflicts import OTHER, Conflict, conflicts_of, refuse_unresolved
 from rocmpatch.errors import (
     Busy,
@@ -232,14 +232,16 @@ def _carry(directory: Path, work: gitcmd.Repo, state: State, patches: list[Loade
         return Stopped(item.name, list(tried.merge.conflicts), worktree, state.outcomes, state.conflicts)
     texts: dict[str, str | None] = {}
     for item, commit in zip(patches, state.rebased):
-        texts[item.name] = _refreshed(item.text, gitcmd.format_patch(work, commit)) if commit else None
+        texts[item.name] = _refreshed(item, gitcmd.format_patch(work, commit)) if commit else None
     return Finished(state.onto, state.onto_ref, state.url, state.into, texts, gitcmd.tree_of(work, state.tip), state.outcomes)
 
 
-def _refreshed(old: str, new: str) -> str:
-    """The new text, or the old one byte for byte when the diff itself did not change (its
-    header, e.g. a "[PATCH 03/10]" subject, is then kept as the author wrote it)."""
-    return old if _diff_part(old) == _diff_part(new) else new
+def _refreshed(item: LoadedPatch, new: str) -> str:
+    """The old text byte for byte when the diff itself did not change; else the new diff under the
+    header `lock` writes from the patch's series.yaml entry (the entry is the one source of its words)."""
+    if _diff_part(item.text) == _diff_part(new):
+        return item.text
+    return patch_header.with_header(item.entry, new)
 
 
 def _diff_part(text: str) -> str:
