@@ -1,44 +1,110 @@
-"""Command lines that start a job the way it will really run: torchrun on one node, torchrun on each
-of several nodes with a c10d rendezvous, or srun starting one torchrun per node under Slurm.
+"""The one torchrun builder: `recipe launch`, `preflight` and smoke's collectives and train stages
+build their command here, as an argument vector. Nothing goes through a shell.
 
-Shell variables ($MASTER_ADDR, $SLURM_JOB_ID, $DATA_PATH) are left for the shell to expand.
+A Launch is what runs: environment assignments, then the argument vector, each value exactly as the
+user gave it (a `$`, a brace, a space or a line break reaches Megatron unchanged). The only words a
+shell would expand are the values each node's own shell supplies in a multi-node line
+($MASTER_ADDR, $SLURM_JOB_ID): a NodeValue, printed as a quoted variable and, when rocmpatch starts
+the line itself, read from its environment. Printed, a Launch is one shell line (POSIX quoting,
+shlex) that, pasted, runs the same vector; run, it goes to the program with no shell between.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Mapping, Sequence, Union
 
-_PLAIN = re.compile(r"^[\w$@%+=:,./{}-]+$")
+from rocmpatch.errors import EnvironmentProblem, UsageError
+
 RDZV_PORT = 29500
+TORCHRUN = ("torchrun",)  # the line a user runs (and `recipe launch` starts): torchrun on PATH
+THIS_PYTHON = (sys.executable, "-m", "torch.distributed.run")  # rocmpatch's own workers: this interpreter's torch
+_PLAIN_SUFFIX = re.compile(r"[\w:.-]*")
 
 
-def quote(token: str) -> str:
-    """Quote for a POSIX shell, but leave $VARIABLES in plain tokens to be expanded."""
-    return token if _PLAIN.match(token) else shlex.quote(token)
+@dataclass(frozen=True)
+class NodeValue:
+    """A value each node's shell supplies in a multi-node line: printed as "$NAME<suffix>", read
+    from the environment when rocmpatch starts the line itself."""
+
+    name: str
+    suffix: str = ""
+    hint: str = ""
+
+    def __post_init__(self) -> None:
+        assert _PLAIN_SUFFIX.fullmatch(self.suffix), self.suffix  # nothing a shell would expand inside "..."
+
+    def shell(self) -> str:
+        return f'"${self.name}{self.suffix}"'
+
+    def resolve(self, environ: Mapping[str, str]) -> str:
+        value = environ.get(self.name)
+        if not value:
+            raise UsageError(f"${self.name} is not set, and the launch line needs it", hint=self.hint or f"export {self.name} first")
+        return value + self.suffix
 
 
-def render(argv: list[str]) -> str:
-    return " ".join(quote(token) for token in argv)
+Token = Union[str, NodeValue]
 
 
-def torchrun(gpus: int, nodes: int, *, slurm: bool, job: str) -> list[str]:
-    """The launcher part of the command line, up to (not including) the script or `-m module`."""
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[Token, ...]
+    env: tuple[tuple[str, str], ...] = ()  # NAME=value set for the program (printed before it)
+    preamble: tuple[str, ...] = ()  # comment and shell lines to print before a multi-node line
+
+    def line(self) -> str:
+        """One shell line that runs the same vector (a value with a line break spans lines, quoted)."""
+        words = [f"{name}={shlex.quote(value) if value else ''}" for name, value in self.env]
+        words += [token.shell() if isinstance(token, NodeValue) else shlex.quote(token) for token in self.argv]
+        return " ".join(words)
+
+    def lines(self) -> list[str]:
+        return [*self.preamble, self.line()]
+
+    def vector(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The argument vector as the program gets it (node values read from `environ`)."""
+        environ = os.environ if environ is None else environ
+        return [token.resolve(environ) if isinstance(token, NodeValue) else token for token in self.argv]
+
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**(os.environ if base is None else base), **dict(self.env)}
+
+
+MASTER_ADDR_HINT = "a host every node can reach (e.g. the first node); --dry-run prints the lines that set it"
+
+
+def torchrun(program: Sequence[str], *, nproc: int, nodes: int = 1, slurm: bool = False, job: str = "rocmpatch",
+             launcher: Sequence[str] = TORCHRUN, env: Mapping[str, str] | None = None) -> Launch:
+    """torchrun (`launcher`) with `nproc` processes on each of `nodes` nodes, then `program` (a
+    script and its arguments, or `-m module ...`): --standalone on one node, a c10d rendezvous at
+    $MASTER_ADDR on several, and under Slurm `srun` starting one torchrun per node."""
+    master = NodeValue("MASTER_ADDR", f":{RDZV_PORT}", MASTER_ADDR_HINT)
     if slurm:
-        return ["srun", "--nodes", str(nodes), "--ntasks-per-node", "1", "torchrun", "--nnodes", str(nodes),
-                "--nproc-per-node", str(gpus), "--rdzv-id", "$SLURM_JOB_ID", "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"$MASTER_ADDR:{RDZV_PORT}"]
-    if nodes == 1:
-        return ["torchrun", "--standalone", "--nproc-per-node", str(gpus)]
-    return ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(gpus), "--rdzv-id", job,
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"$MASTER_ADDR:{RDZV_PORT}"]
+        argv: list[Token] = ["srun", "--nodes", str(nodes), "--ntasks-per-node", "1", *launcher, "--nnodes", str(nodes),
+                             "--nproc-per-node", str(nproc), "--rdzv-id", NodeValue("SLURM_JOB_ID", hint="run it inside an sbatch or salloc allocation"),
+                             "--rdzv-backend", "c10d", "--rdzv-endpoint", master]
+        preamble = ("# inside an sbatch allocation: the first node hosts the rendezvous",
+                    "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)")
+    elif nodes == 1:
+        argv, preamble = [*launcher, "--standalone", "--nproc-per-node", str(nproc)], ()
+    else:
+        argv = [*launcher, "--nnodes", str(nodes), "--nproc-per-node", str(nproc), "--rdzv-id", job,
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", master]
+        preamble = (f"# run the same line on each of the {nodes} nodes; MASTER_ADDR: a host every node can reach (e.g. the first node)",)
+    return Launch(tuple([*argv, *program]), tuple((env or {}).items()), preamble)
 
 
-def preamble(nodes: int, *, slurm: bool) -> list[str]:
-    """Comment and shell lines to put before a multi-node command."""
-    if slurm:
-        return ["# inside an sbatch allocation: the first node hosts the rendezvous",
-                "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"]
-    if nodes > 1:
-        return [f"# run the same line on each of the {nodes} nodes; MASTER_ADDR: a host every node can reach (e.g. the first node)"]
-    return []
+def run(launch: Launch, *, cwd: str | None = None) -> int:
+    """Start the launch with no shell; its exit status. The program must be on PATH."""
+    argv = launch.vector()
+    environment = launch.environment()
+    if shutil.which(argv[0], path=environment.get("PATH")) is None:
+        raise EnvironmentProblem(f"{argv[0]} not found on PATH", hint="install PyTorch in this environment (torchrun comes with it), or activate the one that has it")
+    return subprocess.run(argv, env=environment, cwd=cwd).returncode

@@ -1,4 +1,5 @@
-"""torchrun for the collectives and train stages: one worker per selected GPU (two on CPU).
+"""torchrun for the collectives and train stages: one worker per selected GPU (two on CPU), built by
+rocmpatch.launchers (the one torchrun builder) with this interpreter's torch.
 
 `--standalone` lets the rendezvous pick a free local port, so concurrent smoke runs never collide.
 torchrun puts each worker in its own session; workers call die_with_parent() so that a torchrun
@@ -8,9 +9,9 @@ killed outright (timeout, Ctrl-C after the grace period) never leaves them runni
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+from rocmpatch import launchers
 from rocmpatch.processes import die_with_parent  # workers: SIGKILL when torchrun dies
 from rocmpatch.smoke.runner import ChildOutcome, run_child
 
@@ -19,9 +20,8 @@ __all__ = ["die_with_parent", "launcher_timeout", "torchrun"]
 
 def torchrun(nproc: int, module: str, args: list[str], timeout: float, cwd: Path,
              env: dict[str, str] | None = None) -> ChildOutcome:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", module, *args]
-    return run_child(argv, dict(env if env is not None else os.environ), timeout, cwd)
+    launch = launchers.torchrun(["-m", module, *args], nproc=nproc, launcher=launchers.THIS_PYTHON)
+    return run_child(launch.vector(), dict(env if env is not None else os.environ), timeout, cwd)
 
 
 def launcher_timeout(config: dict) -> float:

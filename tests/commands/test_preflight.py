@@ -14,9 +14,9 @@ def test_prints_the_launch_line_for_one_node_many_nodes_and_slurm():
     assert invoke().stdout.strip() == "torchrun --standalone --nproc-per-node 8 -m rocmpatch.preflight"
     lines = invoke("--nodes", "2", "--gpus-per-node", "4", "--min-busbw", "40").stdout.strip().splitlines()
     assert lines[-1] == ("torchrun --nnodes 2 --nproc-per-node 4 --rdzv-id rocmpatch-preflight --rdzv-backend c10d "
-                         "--rdzv-endpoint $MASTER_ADDR:29500 -m rocmpatch.preflight --min-busbw 40")
+                         "--rdzv-endpoint \"$MASTER_ADDR:29500\" -m rocmpatch.preflight --min-busbw 40")
     slurm = invoke("--nodes", "2", "--slurm").stdout
-    assert "srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2" in slurm and "--rdzv-id $SLURM_JOB_ID" in slurm
+    assert "srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2" in slurm and "--rdzv-id \"$SLURM_JOB_ID\"" in slurm
     assert "scontrol show hostnames" in slurm
 
 
