@@ -150,3 +150,22 @@ def file_lock(path: Path, *, wait: float, what: str) -> Iterator[None]:
         yield
     finally:
         handle.close()
+
+
+def refuse_unwritable_output(path: Path, option: str) -> None:
+    """Before any work: a report file a command was asked to write (`drift --markdown FILE`,
+    `preflight --json FILE`) must be a regular file or a new name in an existing, writable directory.
+    A directory, a FIFO (writing would block) or a missing folder would otherwise fail only after the
+    work, or hang. UsageError naming the option and the path."""
+    from rocmpatch.errors import UsageError
+
+    shown = f"{option} {path}"
+    if path.is_dir():
+        raise UsageError(f"{shown}: is a directory, not a file", hint=f"give a file path, such as {path / 'report'}")
+    if os.path.lexists(path) and not path.is_file():
+        raise UsageError(f"{shown}: exists and is not a regular file (a FIFO, device or dangling link)", hint="give the path of a regular file, or a new one")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"{shown}: the directory {parent} does not exist", hint="create it first, or give a path in an existing directory")
+    if not os.access(path if path.exists() else parent, os.W_OK) or not os.access(parent, os.X_OK):
+        raise UsageError(f"{shown}: not writable", hint="give a path you may write")

@@ -197,6 +197,11 @@ class LoadedSeries:
         assert self.lock is not None
         return self.lock
 
+    def refuse_stale_overlay_lock(self) -> None:
+        """InvalidInput when the overlay's lock disagrees with its patch files or with the release's
+        lock, as `apply` refuses it: what the overlay's commits are checked against must be current."""
+        _refuse(self.overlay_lock_problems())
+
     def require_lock(self) -> Lock:
         """The lock as it is, even when stale (it still names the pin); InvalidInput when there is none."""
         return self.lock or self.locked()

@@ -9,10 +9,13 @@ from rocmpatch.operations import drift
 from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError
+from rocmpatch.files import naming, refuse_unwritable_output
 
 
 def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None,
         release: str | None = None, overlay: Path | None = None) -> ExitCode:
+    if markdown is not None:
+        refuse_unwritable_output(markdown, "--markdown")  # before the walk, which may take minutes
     loaded = load_selected(series_dir, release, overlay)
     lock = loaded.locked()
     start, end = _endpoints(lock.upstream.commit, ref, span)
@@ -21,7 +24,8 @@ def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, s
     report = drift.run_drift(repo, [p.patch for p in loaded.patches], commits[start], commits[end], to_ref=end,
                              layers=[p.layer for p in loaded.patches])
     if markdown is not None:
-        markdown.write_text(to_markdown(report), encoding="utf-8")
+        with naming(markdown):
+            markdown.write_text(to_markdown(report), encoding="utf-8")
     if as_json:
         emit_json(report.to_json())
     else:

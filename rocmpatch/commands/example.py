@@ -27,12 +27,19 @@ def run(*, write: Path | None) -> ExitCode:
     if write is None:
         out.print(str(source), markup=False)
         return ExitCode.OK
+    if os.path.lexists(write) and not write.is_dir():
+        raise UsageError(f"--write {write}: is a file, not a directory; nothing was written",
+                         hint=f"--write takes the directory to write {SCRIPT} into")
     destination = write / SCRIPT
     exists = UsageError(f"{destination} already exists (a file or a symlink); nothing was written",
                         hint="remove it or choose another directory")
     if os.path.lexists(destination):
         raise exists
-    write.mkdir(parents=True, exist_ok=True)
+    try:
+        write.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a folder of the path belongs
+        raise UsageError(f"--write {write}: a part of this path is a file, so the directory cannot be made; nothing was written",
+                         hint="give a directory path") from None
     try:
         # Never through a symlink at that name: O_EXCL | O_NOFOLLOW refuse one, even dangling.
         create_new_file(destination, source.read_bytes(), mode=0o755 & ~current_umask())

@@ -188,6 +188,9 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
     history.refuse_other_patches(repo, state, loaded)
     # Our trailers are not enough: a commit whose change is not exactly its patch's is the user's.
     history.refuse_user_work(repo, state, history.first_amended(repo, state, loaded.patches, loaded.patched_tree))
+    # Those commits are exactly the series' now: where one ends a layer, its tree is what that
+    # layer's lock must record (a patched_tree no repository has is refused here, exit 3).
+    _refuse_lock_mismatches(loaded, [Step(p, gitcmd.tree_of(repo, a.commit)) for a, p in zip(state.applied, loaded.patches)])
     target.refuse_user_edits(repo, hint=EDITS_HINT)
     result.already = [a.name for a in state.applied]
     remaining = loaded.patches[len(state.applied):]
@@ -213,9 +216,13 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
 def _planned_steps(repo: gitcmd.Repo, loaded: LoadedSeries, patches: tuple[LoadedPatch, ...], base_tree: str) -> list[Step]:
     """The trees of `patches` applied on base_tree, each layer's last one checked against its lock."""
     steps = patch_trees(repo, base_tree, patches)
+    _refuse_lock_mismatches(loaded, steps)
+    return steps
+
+
+def _refuse_lock_mismatches(loaded: LoadedSeries, steps: list[Step]) -> None:
     mismatches = lock_mismatches(loaded, steps)
     if mismatches:
         where, _, problem = mismatches[0].partition(": ")
         hint = loaded.overlay.lock_hint() if loaded.overlay and where == str(loaded.overlay.lock_path) else LOCK_HINT
         raise InvalidInput(where, problem, hint=hint)
-    return steps

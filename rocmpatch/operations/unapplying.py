@@ -29,6 +29,7 @@ class UnapplyResult:
 
 def unapply(loaded: LoadedSeries, directory: Path, *, force: bool = False) -> UnapplyResult:
     lock = loaded.require_lock()  # a stale lock still names the pin; that is all we need
+    loaded.refuse_stale_overlay_lock()  # but an overlay's commits are told from the user's edits by its lock
     gitcmd.require_git()
     repo = target.open_target(directory)
     result = UnapplyResult(directory)

@@ -9,6 +9,7 @@ is an absolute floor for both; with two nodes it is the only test across nodes (
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -18,6 +19,15 @@ class Thresholds:
     min_of_median: float = 0.5
     min_of_peak: float = 0.25
     min_busbw: float | None = None  # GB/s
+
+    def __post_init__(self) -> None:
+        """A share must be in [0, 1], the floor a number >= 0: a NaN would make every comparison
+        false, so no check could ever fail. ValueError naming the flag."""
+        for flag, value in (("--min-of-median", self.min_of_median), ("--min-of-peak", self.min_of_peak)):
+            if not (isinstance(value, (int, float)) and 0 <= value <= 1):
+                raise ValueError(f"{flag} {value}: expected a share between 0 and 1 (0.5: half the median)")
+        if self.min_busbw is not None and not (isinstance(self.min_busbw, (int, float)) and 0 <= self.min_busbw < math.inf):
+            raise ValueError(f"--min-busbw {self.min_busbw}: expected a bandwidth in GB/s, 0 or more")
 
 
 @dataclass(frozen=True)

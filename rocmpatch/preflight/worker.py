@@ -14,24 +14,55 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
 from rocmpatch.env.facts import gpu_arch
 from rocmpatch.preflight.peaks import peak_for
 from rocmpatch.preflight.verdict import NodeResult, RankResult, Thresholds, evaluate, format_report
 
 
+def _positive(kind: type) -> Callable[[str], int | float]:
+    """An argparse type: a number above 0 (a zero iteration count or size would divide by zero)."""
+    def convert(text: str):
+        value = kind(text)
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number above 0")
+        return value
+    convert.__name__ = kind.__name__
+    return convert
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m rocmpatch.preflight", description="GEMM and all-reduce preflight; run one process per GPU under torchrun.")
     p.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto", help="auto: the GPUs of this torch build, else the CPU (gloo)")
-    p.add_argument("--gemm-size", type=int, help="n of the n x n x n GEMM [8192 on GPUs, 256 on CPU]")
-    p.add_argument("--gemm-iters", type=int, default=10)
-    p.add_argument("--size-mb", type=float, help="all-reduce message size in MiB [256 on GPUs, 1 on CPU]")
-    p.add_argument("--iters", type=int, help="timed all-reduces per measurement [20 on GPUs, 5 on CPU]")
+    p.add_argument("--gemm-size", type=_positive(int), help="n of the n x n x n GEMM [8192 on GPUs, 256 on CPU]")
+    p.add_argument("--gemm-iters", type=_positive(int), default=10)
+    p.add_argument("--size-mb", type=_positive(float), help="all-reduce message size in MiB [256 on GPUs, 1 on CPU]")
+    p.add_argument("--iters", type=_positive(int), help="timed all-reduces per measurement [20 on GPUs, 5 on CPU]")
     p.add_argument("--min-of-median", type=float, default=0.5, help="slow: under this share of the median [0.5]")
     p.add_argument("--min-of-peak", type=float, default=0.25, help="slow: GEMM under this share of the GPU's bf16 peak [0.25]")
     p.add_argument("--min-busbw", type=float, help="slow: bus bandwidth under this many GB/s (the only test between 2 nodes)")
     p.add_argument("--json", type=Path, metavar="FILE", help="rank 0 also writes the report as JSON to FILE")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.thresholds = Thresholds(args.min_of_median, args.min_of_peak, args.min_busbw)
+    except ValueError as error:
+        p.error(str(error))
+    return args
+
+
+def _output_problem(path: Path | None) -> str | None:
+    """Rank 0's check of --json FILE before anything is measured (a report nobody can write is found now)."""
+    if path is None:
+        return None
+    from rocmpatch.errors import UsageError
+    from rocmpatch.files import refuse_unwritable_output
+
+    try:
+        refuse_unwritable_output(path, "--json")
+    except UsageError as error:
+        return str(error)
+    return None
 
 
 def _arch_and_name(torch, device) -> tuple[str, str]:
@@ -56,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     host = socket.gethostname()
     node = os.environ.get("GROUP_RANK", host)
     use_gpu = args.device == "gpu" or (args.device == "auto" and torch.cuda.is_available())
+    if use_gpu and torch.cuda.device_count() == 0:
+        print("rocmpatch preflight: --device gpu, but torch sees no GPU here (a CPU-only torch build, or none visible); "
+              "use --device cpu, or check HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES", file=sys.stderr)
+        return 8  # rocmpatch's ENVIRONMENT code, as `rocmpatch preflight --run` gives it
     if use_gpu:
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -63,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    # Every rank learns rank 0's verdict on --json FILE, so that all stop together, before any timing.
+    problem = [_output_problem(args.json) if rank == 0 else None]
+    dist.broadcast_object_list(problem, src=0)
+    if problem[0] is not None:
+        if rank == 0:
+            print(f"rocmpatch preflight: {problem[0]}", file=sys.stderr)
+        dist.destroy_process_group()
+        return 2
     gemm_size = args.gemm_size or (8192 if use_gpu else 256)
     nbytes = int((args.size_mb or (256 if use_gpu else 1)) * (1 << 20))
     iters = args.iters or (20 if use_gpu else 5)
@@ -105,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs_done = [(a, b, pair_bw[(a, b)]) for a, b in pair_list]
     nodes = [NodeResult(n, hosts[n], len(members[n]), intra_of[n],
                         max((bw for a, b, bw in pairs_done if n in (a, b)), default=None)) for n in node_order]
-    verdict = evaluate(ranks, nodes, pairs_done, world_bw, Thresholds(args.min_of_median, args.min_of_peak, args.min_busbw))
+    verdict = evaluate(ranks, nodes, pairs_done, world_bw, args.thresholds)
     if rank == 0:
         print(format_report(verdict), flush=True)
         if args.json:

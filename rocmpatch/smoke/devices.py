@@ -26,9 +26,12 @@ CUDA_INSTALL = ("install a CUDA build of PyTorch: pip install torch --index-url 
 
 
 def parse_gpus(text: str | None) -> list[int] | None:
-    """'0,1' -> [0, 1]; None or '' -> None (every visible GPU). Raises ValueError with the fix."""
-    if text is None or not text.strip():
+    """'0,1' -> [0, 1]; None (no --gpus) -> None (every visible GPU). Raises ValueError with the fix,
+    also for a value that names no GPU ('' or blanks): leaving --gpus out is how to say "all"."""
+    if text is None:
         return None
+    if not text.strip():
+        raise ValueError(f"--gpus {text!r} names no GPU; write indices like 0,1, or leave --gpus out for every visible GPU")
     gpus: list[int] = []
     for part in text.split(","):
         part = part.strip()
