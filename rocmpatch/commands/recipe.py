@@ -9,6 +9,7 @@ from rocmpatch.errors import ExitCode
 from rocmpatch.launchers import run
 from rocmpatch.recipes import launch
 from rocmpatch.recipes.catalog import find, names, to_argv
+from rocmpatch.recipes.fit import release_order
 from rocmpatch.recipes.launch import LaunchRequest
 from rocmpatch.recipes.memory import upstream_model
 
@@ -18,27 +19,28 @@ GB_PER_GIB = (1 << 30) / 1e9
 def run_list(*, as_json: bool) -> ExitCode:
     recipes = [find(name) for name in names()]
     if as_json:
-        emit_json([{"name": r.name, "release": r.release, "summary": r.summary,
+        emit_json([{"name": r.name, "releases": list(r.releases.items), "summary": r.summary,
                     "layouts": [l.name for l in r.layouts]} for r in recipes])
         return ExitCode.OK
-    table = Table("recipe", "release", "layouts", "model")
+    table = Table("recipe", "releases", "layouts", "model")
     for r in recipes:
-        table.add_row(r.name, r.release, ", ".join(l.name for l in r.layouts), r.summary)
+        table.add_row(r.name, str(r.releases), ", ".join(l.name for l in r.layouts), r.summary)
     out.print(table)
     return ExitCode.OK
 
 
 def run_show(*, name: str, as_json: bool) -> ExitCode:
     recipe = find(name)
-    upstream = upstream_model(recipe.release)
+    fits = recipe.releases.releases(release_order())
+    upstream = upstream_model(fits[-1]) if fits else None  # the newest release it fits
     if as_json:
-        emit_json({"name": recipe.name, "release": recipe.release, "summary": recipe.summary, "vocab_size": recipe.vocab_size,
+        emit_json({"name": recipe.name, "releases": list(recipe.releases.items), "summary": recipe.summary, "vocab_size": recipe.vocab_size,
                    "args": recipe.args, "layouts": [{"name": l.name, "nodes": l.nodes, "gpus_per_node": l.gpus_per_node,
                                                      "sized_for": l.sized_for, "gpu_memory_gb": l.gpu_memory_gb,
                                                      "tokens_per_second": l.tokens_per_second, "args": l.args,
                                                      "memory_estimate": recipe.estimate(l, upstream).to_json()} for l in recipe.layouts]})
         return ExitCode.OK
-    out.print(f"{recipe.name} ({recipe.release}): {recipe.summary}", markup=False)
+    out.print(f"{recipe.name} ({recipe.releases}): {recipe.summary}", markup=False)
     out.print(f"file: {recipe.path}", markup=False)
     table = Table("layout", "GPUs", "params/GPU", "weights+grads", "optimizer", "activations", "total GiB", "tokens/s/GPU")
     for l in recipe.layouts:

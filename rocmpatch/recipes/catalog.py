@@ -10,10 +10,11 @@ from pathlib import Path
 import yaml
 
 from rocmpatch.errors import InvalidInput, UsageError
+from rocmpatch.recipes.fit import ReleaseSpan
 from rocmpatch.recipes.memory import Estimate, estimate, layer_pattern, moe_layer_freq
 
 DIRECTORY = Path(__file__).resolve().parent
-TOP_KEYS = {"name", "release", "summary", "vocab_size", "args", "layouts"}
+TOP_KEYS = {"name", "releases", "summary", "vocab_size", "args", "layouts"}
 LAYOUT_KEYS = {"name", "nodes", "gpus_per_node", "sized_for", "gpu_memory_gb", "tokens_per_second", "args"}
 
 
@@ -35,7 +36,7 @@ class Layout:
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    release: str
+    releases: ReleaseSpan  # the releases whose flags it is written for (recipes/fit.py)
     summary: str
     vocab_size: int
     args: dict
@@ -228,6 +229,8 @@ def load(path: Path) -> Recipe:
         raise InvalidInput(f"{path}:{mark.line + 1}" if mark else path, "invalid YAML") from None
     if not isinstance(raw, dict):
         raise InvalidInput(path, "must be a mapping")
+    if "release" in raw and "releases" not in raw:  # the spelling before releases: lists and ranges
+        raw["releases"] = raw.pop("release")
     unknown, missing = set(raw) - TOP_KEYS, TOP_KEYS - set(raw)
     if unknown or missing:
         raise InvalidInput(path, f"unknown keys {sorted(unknown)}" if unknown else f"missing keys {sorted(missing)}")
@@ -235,7 +238,12 @@ def load(path: Path) -> Recipe:
     if not isinstance(raw["layouts"], list) or not raw["layouts"]:
         raise InvalidInput(path, "layouts must be a non-empty list")
     layouts = tuple(_check_layout(path, args, item) for item in raw["layouts"])
-    return Recipe(str(raw["name"]), str(raw["release"]), str(raw["summary"]), int(raw["vocab_size"]), args, layouts, path)
+    items = raw["releases"] if isinstance(raw["releases"], list) else [raw["releases"]]
+    try:
+        releases = ReleaseSpan.parse([str(item) for item in items], f"{path}: releases")
+    except ValueError as error:
+        raise InvalidInput(f"{path}: releases", str(error)) from None
+    return Recipe(str(raw["name"]), releases, str(raw["summary"]), int(raw["vocab_size"]), args, layouts, path)
 
 
 def names() -> list[str]:

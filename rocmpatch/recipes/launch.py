@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rocmpatch.errors import TargetRefused, UsageError
 from rocmpatch.launchers import Launch, torchrun
+from rocmpatch.recipes import fit
 from rocmpatch.recipes.catalog import Recipe, parse_argv, to_argv
 
 DATA_HINT = "docs/training.md, 'Tokenizer and data', says which tokenizer each recipe expects and how to preprocess a corpus"
@@ -37,14 +38,18 @@ class RecipeLaunch:
     notes: tuple[str, ...] = ()  # what the user should know before it runs (stderr)
 
 
-def megatron_args(recipe: Recipe, *, gpus_per_node: int, nodes: int, device: str, data_path: str | None,
-                  tokenizer: str | None, mock_data: bool, save: str | None, extra: dict) -> dict:
-    """The recipe's flags for this layout (or its CPU shape), the data, the checkpoints, then the
-    flags given after `--`, each replacing the recipe's flag of the same name."""
+def recipe_args(recipe: Recipe, *, gpus_per_node: int, nodes: int, device: str) -> dict:
+    """The recipe's own flags for this layout, or its CPU shape."""
     if device == "cpu":
-        args = recipe.cpu_args(gpus_per_node)
-    else:
-        args = recipe.merged_args(recipe.layout_for(gpus_per_node, nodes))
+        return recipe.cpu_args(gpus_per_node)
+    return recipe.merged_args(recipe.layout_for(gpus_per_node, nodes))
+
+
+def megatron_args(recipe: Recipe, base: dict, *, data_path: str | None, tokenizer: str | None, mock_data: bool,
+                  save: str | None, extra: dict) -> dict:
+    """`base` (recipe_args), the data, the checkpoints, then the flags given after `--`, each
+    replacing the recipe's flag of the same name."""
+    args = dict(base)
     if mock_data:
         args = {**args, "--tokenizer-type": "NullTokenizer", "--vocab-size": recipe.vocab_size, "--mock-data": True}
     if data_path is not None:
@@ -75,33 +80,21 @@ def _refuse_missing_data(args: dict) -> None:
 
 
 def plan(recipe: Recipe, request: LaunchRequest) -> RecipeLaunch:
-    """The launch for `request`, every refusal before anything runs (UsageError, TargetRefused)."""
+    """The launch for `request`, every refusal before anything runs (UsageError, TargetRefused,
+    InvalidInput for the recipe's `releases:`)."""
     if request.device == "cpu" and (request.nodes != 1 or request.slurm):
         raise UsageError("--device cpu runs on this machine only", hint="drop --nodes/--slurm")
     gpus_per_node = request.gpus_per_node or (2 if request.device == "cpu" else 8)
-    args = megatron_args(recipe, gpus_per_node=gpus_per_node, nodes=request.nodes, device=request.device,
-                         data_path=request.data_path, tokenizer=request.tokenizer, mock_data=request.mock_data,
-                         save=request.save, extra=parse_argv(request.megatron_args_after))
+    base = recipe_args(recipe, gpus_per_node=gpus_per_node, nodes=request.nodes, device=request.device)
+    extra = parse_argv(request.megatron_args_after)
+    args = megatron_args(recipe, base, data_path=request.data_path, tokenizer=request.tokenizer, mock_data=request.mock_data,
+                         save=request.save, extra=extra)
     target = request.target
     if not (target / "pretrain_gpt.py").is_file():
         raise TargetRefused(f"{target}: no pretrain_gpt.py here", hint="give --target the Megatron-LM checkout patched by `rocmpatch apply`")
-    notes = _refuse_other_release(recipe, target)
-    launch = torchrun([str(target / "pretrain_gpt.py"), *to_argv(args)], nproc=gpus_per_node, nodes=request.nodes,
+    # Given on the command line (after --, or by --data-path, --mock-data, --save...): never left out.
+    given = {flag for flag in args if flag in extra or base.get(flag, object()) != args[flag]}
+    fitted = fit.to_tree(recipe, target, args, given)
+    launch = torchrun([str(target / "pretrain_gpt.py"), *to_argv(fitted.args)], nproc=gpus_per_node, nodes=request.nodes,
                       slurm=request.slurm, job=f"rocmpatch-{recipe.name}", env=CPU_ENVIRONMENT if request.device == "cpu" else None)
-    return RecipeLaunch(launch, tuple(notes))
-
-
-def _refuse_other_release(recipe: Recipe, target: Path) -> list[str]:
-    """A recipe names the release whose flags it uses; a tree of another release would reject them."""
-    from rocmpatch.releases import detect
-    from rocmpatch.series import find_patchsets
-
-    patchsets, _ = find_patchsets(None)
-    detected = detect(patchsets, target)
-    if detected is None:
-        return [f"{target}: not a checkout made by `rocmpatch apply` (or of no known release); recipe {recipe.name} is written for {recipe.release}"]
-    release, why = detected
-    if release != recipe.release:
-        raise UsageError(f"recipe {recipe.name} is written for {recipe.release}, but {why}, so it is {release}",
-                         hint=f"use a {recipe.release} tree (rocmpatch apply --target DIR --release {recipe.release}), or a recipe written for {release}")
-    return []
+    return RecipeLaunch(launch, fitted.notes)
