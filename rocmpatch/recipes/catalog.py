@@ -7,15 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from rocmpatch.errors import InvalidInput, UsageError
+from rocmpatch.errors import UsageError
 from rocmpatch.recipes.fit import ReleaseSpan
 from rocmpatch.recipes.memory import Estimate, estimate, layer_pattern, moe_layer_freq
 
 DIRECTORY = Path(__file__).resolve().parent
-TOP_KEYS = {"name", "releases", "summary", "vocab_size", "args", "layouts"}
-LAYOUT_KEYS = {"name", "nodes", "gpus_per_node", "sized_for", "gpu_memory_gb", "tokens_per_second", "args"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ class Recipe:
                              hint=f"use a multiple of {base.nodes} nodes, or add a layout for {nodes} node(s) to a copy of {self.path}")
         args["--global-batch-size"] = batch // base.nodes
         layout = Layout(f"{nodes}node", nodes, gpus, f"{nodes} nodes, derived from {base.name}", base.gpu_memory_gb, None, args)
-        problems = _layout_problems(self.merged_args(layout), layout.world_size)
+        problems = layout_problems(self.merged_args(layout), layout.world_size)
         if problems:
             raise UsageError(f"recipe {self.name}: layout {base.name} scaled to {nodes} node(s): {'; '.join(problems)}",
                              hint=f"add a layout for {nodes} node(s) to a copy of {self.path}")
@@ -159,39 +155,13 @@ def parse_argv(argv: list[str] | tuple[str, ...]) -> dict:
     return args
 
 
-def _check_args(where: str, args) -> dict:
-    if not isinstance(args, dict):
-        raise InvalidInput(where, "must be a mapping of Megatron flags to values")
-    for flag, value in args.items():
-        if not isinstance(flag, str) or not flag.startswith("--"):
-            raise InvalidInput(where, f"{flag!r} is not a flag (write it as --name)")
-        if isinstance(value, (dict, list)):
-            raise InvalidInput(where, f"{flag}: a value must be a string, number or true/false")
-    return args
-
-
 def _int(args: dict, flag: str, default: int) -> int:
     return int(args.get(flag, default))
 
 
-def _check_layout(recipe_path: Path, recipe_args: dict, raw) -> Layout:
-    if not isinstance(raw, dict):
-        raise InvalidInput(recipe_path, "each layout must be a mapping")
-    where = f"{recipe_path}: layout {raw.get('name', '?')}"
-    unknown = set(raw) - LAYOUT_KEYS
-    missing = LAYOUT_KEYS - set(raw) - {"tokens_per_second"}
-    if unknown or missing:
-        raise InvalidInput(where, f"unknown keys {sorted(unknown)}" if unknown else f"missing keys {sorted(missing)}")
-    layout = Layout(str(raw["name"]), int(raw["nodes"]), int(raw["gpus_per_node"]), str(raw["sized_for"]), float(raw["gpu_memory_gb"]),
-                    raw.get("tokens_per_second"), _check_args(f"{where}: args", raw["args"]))
-    problems = _layout_problems({**recipe_args, **layout.args}, layout.world_size)
-    if problems:
-        raise InvalidInput(where, "; ".join(problems))
-    return layout
-
-
-def _layout_problems(args: dict, world: int) -> list[str]:
-    """What makes Megatron refuse these args on `world` GPUs (or the estimate meaningless)."""
+def layout_problems(args: dict, world: int, *, for_estimate: bool = True) -> list[str]:
+    """What makes Megatron refuse these args on `world` GPUs (and, `for_estimate`, what makes the
+    memory estimate meaningless)."""
     tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
     ep, cp = _int(args, "--expert-model-parallel-size", 1), _int(args, "--context-parallel-size", 1)
     problems = []
@@ -216,34 +186,27 @@ def _layout_problems(args: dict, world: int) -> list[str]:
         layer_pattern(moe_layer_freq(args.get("--moe-layer-freq", 1), layers), layers)
     except ValueError as exc:
         problems.append(str(exc))
-    if tp > 1 and not args.get("--sequence-parallel"):
+    if for_estimate and tp > 1 and not args.get("--sequence-parallel"):
         problems.append("TP > 1 without --sequence-parallel (the memory estimate and upstream's advice assume it)")
     return problems
 
 
 def load(path: Path) -> Recipe:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InvalidInput(f"{path}:{mark.line + 1}" if mark else path, "invalid YAML") from None
-    if not isinstance(raw, dict):
-        raise InvalidInput(path, "must be a mapping")
-    if "release" in raw and "releases" not in raw:  # the spelling before releases: lists and ranges
-        raw["releases"] = raw.pop("release")
-    unknown, missing = set(raw) - TOP_KEYS, TOP_KEYS - set(raw)
-    if unknown or missing:
-        raise InvalidInput(path, f"unknown keys {sorted(unknown)}" if unknown else f"missing keys {sorted(missing)}")
-    args = _check_args(f"{path}: args", raw["args"])
-    if not isinstance(raw["layouts"], list) or not raw["layouts"]:
-        raise InvalidInput(path, "layouts must be a non-empty list")
-    layouts = tuple(_check_layout(path, args, item) for item in raw["layouts"])
-    items = raw["releases"] if isinstance(raw["releases"], list) else [raw["releases"]]
-    try:
-        releases = ReleaseSpan.parse([str(item) for item in items], f"{path}: releases")
-    except ValueError as error:
-        raise InvalidInput(f"{path}: releases", str(error)) from None
-    return Recipe(str(raw["name"]), releases, str(raw["summary"]), int(raw["vocab_size"]), args, layouts, path)
+    """A recipe file, checked whole before it is used: InvalidInput naming the file, the line, the
+    key and the fix (rocmpatch.recipes.schema)."""
+    from rocmpatch.recipes.schema import read_recipe
+
+    raw = read_recipe(path)
+    layouts = []
+    for item in raw["layouts"]:
+        layout = Layout(item["name"], item["nodes"], item["gpus_per_node"], item["sized_for"], item["gpu_memory_gb"],
+                        item["tokens_per_second"], item["args"])
+        problems = layout_problems({**raw["args"], **layout.args}, layout.world_size)
+        if problems:
+            raise item.node.error(f"layout {layout.name}: {'; '.join(problems)}",
+                                  hint=f"change its args (or the recipe's) so that Megatron takes them on its {layout.world_size} GPU(s)")
+        layouts.append(layout)
+    return Recipe(raw["name"], raw["releases"], raw["summary"], raw["vocab_size"], raw["args"], tuple(layouts), path)
 
 
 def names() -> list[str]:

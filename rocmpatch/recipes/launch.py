@@ -9,7 +9,8 @@ from pathlib import Path
 from rocmpatch.errors import TargetRefused, UsageError
 from rocmpatch.launchers import Launch, torchrun
 from rocmpatch.recipes import fit
-from rocmpatch.recipes.catalog import Recipe, parse_argv, to_argv
+from rocmpatch.recipes.catalog import Recipe, layout_problems, parse_argv, to_argv
+from rocmpatch.recipes.schema import typed_command_line_args
 
 DATA_HINT = "docs/training.md, 'Tokenizer and data', says which tokenizer each recipe expects and how to preprocess a corpus"
 # Hide every GPU from a --device cpu run: the patched tree trains on CPU only when none is visible.
@@ -86,9 +87,13 @@ def plan(recipe: Recipe, request: LaunchRequest) -> RecipeLaunch:
         raise UsageError("--device cpu runs on this machine only", hint="drop --nodes/--slurm")
     gpus_per_node = request.gpus_per_node or (2 if request.device == "cpu" else 8)
     base = recipe_args(recipe, gpus_per_node=gpus_per_node, nodes=request.nodes, device=request.device)
-    extra = parse_argv(request.megatron_args_after)
+    extra = typed_command_line_args(parse_argv(request.megatron_args_after))
     args = megatron_args(recipe, base, data_path=request.data_path, tokenizer=request.tokenizer, mock_data=request.mock_data,
                          save=request.save, extra=extra)
+    if request.device != "cpu" and extra:  # flags after -- may change the layout the recipe's own checks passed
+        problems = layout_problems(args, gpus_per_node * request.nodes, for_estimate=False)
+        if problems:
+            raise UsageError(f"after --: {'; '.join(problems)}", hint=f"on {request.nodes} x {gpus_per_node} GPUs; change the flags after --, or --gpus-per-node/--nodes")
     target = request.target
     if not (target / "pretrain_gpt.py").is_file():
         raise TargetRefused(f"{target}: no pretrain_gpt.py here", hint="give --target the Megatron-LM checkout patched by `rocmpatch apply`")

@@ -16,7 +16,7 @@ from tests import fake_torchrun
 TARGET_NAME = "t $HOME{,--load=evil} $IFS"
 DATA = "/d/$1 x{,--load=/evil}\n$IFS`touch pwned`"
 TOKENIZER = "$(touch pwned) tok"
-EXTRA = ["--custom-flag", "a b\nc", "--save-interval", "${SAVE:-7}"]
+EXTRA = ["--custom-flag", "a b\nc", "--wandb-exp-name", "${SAVE:-7}"]
 
 
 def launch(*args):
@@ -42,7 +42,7 @@ def test_values_reach_torchrun_unchanged_and_the_dry_run_line_runs_the_same_vect
     assert argv[:4] == ["--standalone", "--nproc-per-node", "1", str(target / "pretrain_gpt.py")]
     assert value(argv, "--data-path") == DATA and value(argv, "--tokenizer-model") == TOKENIZER
     assert value(argv, "--save") == value(argv, "--load") == "ckpt {a,b}"
-    assert value(argv, "--custom-flag") == "a b\nc" and value(argv, "--save-interval") == "${SAVE:-7}"
+    assert value(argv, "--custom-flag") == "a b\nc" and value(argv, "--wandb-exp-name") == "${SAVE:-7}"
     assert "--load=evil" not in argv and "--load=/evil" not in argv
 
     printed = launch(*args[:1], "--dry-run", *args[1:])

@@ -129,10 +129,10 @@ def test_a_bad_recipe_names_the_file_and_problem(tmp_path):
     path = tmp_path / "bad.yaml"
     good = find("llama3-8b").path.read_text()
     path.write_text(good.replace("--global-batch-size: 128", "--global-batch-size: 12"))
-    with pytest.raises(InvalidInput, match="layout 8gpu: global batch 12 is not a multiple"):
+    with pytest.raises(InvalidInput, match=r"bad.yaml:\d+: layouts\[1\]: layout 8gpu: global batch 12 is not a multiple"):
         load(path)
     path.write_text(good.replace("summary:", "summry:"))
-    with pytest.raises(InvalidInput, match="unknown keys"):
+    with pytest.raises(InvalidInput, match=r"bad.yaml:7: summry: unknown key"):
         load(path)
     path.write_text("name: [\n")
     with pytest.raises(InvalidInput, match="invalid YAML"):
