@@ -171,3 +171,31 @@ def test_launch_refuses_a_missing_tree(tmp_path):
     result = run("--megatron-dir", str(tmp_path / "nowhere"))
     assert result.returncode == 2
     assert "rocmpatch apply --target" in result.stderr
+
+
+def test_values_reach_torchrun_unchanged_and_the_dry_run_line_runs_the_same(tmp_path, monkeypatch):
+    """No value is split or expanded on the way: a real run (a fake torchrun on PATH records its
+    argument vector) and the --dry-run line pasted into bash start the same vector."""
+    from tests import fake_torchrun
+
+    record = fake_torchrun.install(tmp_path / "bin", monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    megatron = tmp_path / "M $HOME{,x} $IFS"
+    megatron.mkdir()
+    (megatron / "pretrain_gpt.py").write_text("")
+    prefix = tmp_path / "data $1 {a,b}"
+    for suffix in (".bin", ".idx"):
+        prefix.with_name(prefix.name + suffix).write_text("")
+    extra = ["--custom", "a b\n$(touch pwned) `touch pwned` *", "--wandb-exp-name", "x{,--load=/evil}"]
+    args = ["--megatron-dir", str(megatron), "--data-path", str(prefix), "--tokenizer-type", "NullTokenizer", "--", *extra]
+    ran = run(*args)
+    assert ran.returncode == 0, ran.stderr
+    [call] = fake_torchrun.calls(record)
+    argv = call["argv"]
+    assert str(megatron / "pretrain_gpt.py") in argv and value(argv, "--data-path") == str(prefix)
+    assert argv[-len(extra):] == extra
+    printed = run("--dry-run", *args)
+    assert printed.returncode == 0 and printed.stdout.startswith("CUDA_DEVICE_MAX_CONNECTIONS=1 ")
+    subprocess.run(["bash", "-c", printed.stdout], check=True, env=os.environ)
+    assert fake_torchrun.calls(record)[1]["argv"] == argv
+    assert not (tmp_path / "pwned").exists()
