@@ -19,6 +19,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmpatch.errors import RocmpatchError
 from rocmpatch.files import read_regular_file
 
 ARGUMENT_FILES = ("megatron/training/arguments.py", "megatron/arguments.py")
@@ -52,9 +53,10 @@ def _module_name(relative: str) -> str:
 
 
 def _parse(path: Path) -> ast.Module | None:
+    """The module's syntax tree; None for one that cannot be read or parsed (then it is unresolved)."""
     try:
         return ast.parse(read_regular_file(path, limit=_MAX_SOURCE, what="Python file").decode("utf-8", "replace"), str(path))
-    except (SyntaxError, ValueError, OSError):
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError, RocmpatchError):
         return None
 
 
@@ -125,6 +127,8 @@ class _Reader:
         self.unresolved: list[str] = []
 
     def module(self, name: str) -> _Module | None:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            return None  # a relative import above the tree's top: nothing of the tree
         if name not in self.modules:
             base = self.tree / name.replace(".", "/")
             for path, package in ((base.with_suffix(".py"), False), (base / "__init__.py", True)):
