@@ -10,6 +10,7 @@ from pathlib import Path
 from rocmpatch.errors import UsageError
 from rocmpatch.recipes.fit import ReleaseSpan
 from rocmpatch.recipes.memory import Estimate, estimate, layer_pattern, moe_layer_freq
+from rocmpatch.recipes.schema import read_recipe
 
 DIRECTORY = Path(__file__).resolve().parent
 
@@ -194,8 +195,6 @@ def layout_problems(args: dict, world: int, *, for_estimate: bool = True) -> lis
 def load(path: Path) -> Recipe:
     """A recipe file, checked whole before it is used: InvalidInput naming the file, the line, the
     key and the fix (rocmpatch.recipes.schema)."""
-    from rocmpatch.recipes.schema import read_recipe
-
     raw = read_recipe(path)
     layouts = []
     for item in raw["layouts"]:
