@@ -58,6 +58,8 @@ def megatron_args(recipe: Recipe, base: dict, *, data_path: str | None, tokenize
     if tokenizer is not None:
         args["--tokenizer-model"] = tokenizer
     if save is not None:
+        if not save.strip():
+            raise UsageError(f"--save {save!r} names no directory", hint="give the directory to save checkpoints to and resume from")
         interval = extra.get("--save-interval") or args.get("--save-interval") or args.get("--eval-interval") or 1000
         # The schedule comes from this run's flags, not the checkpoint's: a resumed run may go on with a
         # larger --train-iters (Megatron otherwise asserts that the decay iterations did not change).

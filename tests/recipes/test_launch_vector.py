@@ -75,3 +75,12 @@ def test_a_multi_node_run_needs_master_addr_and_no_torchrun_is_an_environment_pr
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     missing = launch("llama3-8b", "-t", str(tmp_path), "--mock-data")
     assert missing.exit_code == ExitCode.ENVIRONMENT and "torchrun not found" in missing.stderr
+
+
+def test_empty_values_are_refused_not_passed(tmp_path, monkeypatch):
+    record = fake_torchrun.install(tmp_path / "bin", monkeypatch)
+    (tmp_path / "pretrain_gpt.py").write_text("")
+    for args, option in ((("--data-path", "", "--tokenizer", "t"), "--data-path"), (("--mock-data", "--save", " "), "--save")):
+        result = launch("llama3-8b", "-t", str(tmp_path), *args)
+        assert result.exit_code == ExitCode.USAGE and option in result.stderr.splitlines()[0]
+    assert not record.exists()
