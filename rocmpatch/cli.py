@@ -86,7 +86,7 @@ def series_dir_option(command: Callable) -> Callable:
 
 def release_option(command: Callable) -> Callable:
     return click.option("--release", "-r", envvar="ROCMPATCH_RELEASE", show_envvar=True, metavar="NAME",
-                        help="The release (a folder in patchsets/, e.g. core_v0.19.0). Default: an existing target's own release, else the newest in upstream.lock.")(command)
+                        help="The release (a folder in patchsets/; `rocmpatch releases` lists them). Default: an existing target's own release, else the default release (default: true in its release.yaml).")(command)
 
 
 def overlay_option(command: Callable) -> Callable:
@@ -297,7 +297,7 @@ def smoke(target, gpus, device, train_iters, as_json, series_dir, release) -> No
 @series_dir_option
 @json_option
 def releases(series_dir, as_json) -> None:
-    """List the releases: upstream ref, commit, date, number of patches and where each was validated."""
+    """List the releases: upstream ref, commit, date, number of patches, the default, and where each was validated."""
     from rocmpatch.commands.releases import run
 
     _run(run, series_dir=series_dir, as_json=as_json)

@@ -1,4 +1,4 @@
-"""Which release a command works on: asked for, detected from the target, or the newest.
+"""Which release a command works on: asked for, detected from the target, or the default.
 
 - `--release NAME` (or ROCMPATCH_RELEASE) names a folder in patchsets/;
 - an existing target says which release it is: its history sits on one release's pinned commit
@@ -8,8 +8,8 @@
 - an overlay (`--overlay DIR`) names the release its overlay.lock was written for: that release,
   unless --release or the target says otherwise (refused: the overlay's patches were locked on
   that release's tree; `rocmpatch lock --overlay DIR --release NAME` moves it);
-- otherwise (a new target, check, fetch, drift, ...) the newest release in upstream.lock, and the
-  command says so.
+- otherwise (a new target, fetch, drift, ...) the default release: the one whose release.yaml says
+  `default: true` (exactly one must, when there are several), and the command says so.
 A release is data (a folder and a lock entry); nothing here knows any release by name.
 """
 
@@ -24,13 +24,13 @@ from rocmpatch.series import Location, Patchsets, find_patchsets
 
 RELEASE_VARIABLE = "ROCMPATCH_RELEASE"
 
-ASKED, DETECTED, NEWEST, ONLY, OVERLAY = "asked", "detected", "newest", "only", "overlay"
+ASKED, DETECTED, DEFAULT, ONLY, OVERLAY = "asked", "detected", "default", "only", "overlay"
 
 
 @dataclass(frozen=True)
 class Choice:
     location: Location
-    how: str  # asked | detected | newest | only | overlay
+    how: str  # asked | detected | default | only | overlay
     detail: str = ""  # for detected and overlay: what said so
 
     @property
@@ -39,8 +39,8 @@ class Choice:
 
     def describe(self) -> str:
         """One line for stderr, or '' when the user named the release."""
-        if self.how == NEWEST:
-            return f"release {self.release}: the newest in {self.location.lock_path.name} (--release NAME to choose another)"
+        if self.how == DEFAULT:
+            return f"release {self.release}: the default (--release NAME to choose another)"
         if self.how in (DETECTED, OVERLAY):
             return f"release {self.release}: {self.detail}"
         return ""
@@ -105,11 +105,24 @@ def _default(patchsets: Patchsets, available: list[str]) -> Choice:
     available = available or _folders(patchsets)
     if len(available) == 1:
         return Choice(patchsets.location(available[0]), ONLY)
-    lock_file = patchsets.lock_file()
-    newest = lock_file.newest(among=available) if lock_file else None
-    if newest is None:
-        raise UsageError(f"{patchsets.root} holds several releases and {patchsets.lock_path} pins none of them", hint=_listing(available))
-    return Choice(patchsets.location(newest), NEWEST)
+    locations = [patchsets.location(name) for name in available]
+    return Choice(default_location(patchsets, locations), DEFAULT)
+
+
+def default_location(patchsets: Patchsets, locations: list[Location]) -> Location:
+    """The one of several releases whose release.yaml says `default: true`; none or two is an error."""
+    defaults = [location for location in locations if location.info.default]
+    if len(defaults) > 1:
+        first, second = defaults[0].info, defaults[1].info
+        raise first.node.error(f"true here and in {second.path}:{second.node.line_of('default')}; "
+                               "exactly one release is the default", key="default",
+                               hint="remove 'default: true' from all but one release.yaml")
+    if not defaults:
+        raise InvalidInput(patchsets.root, f"holds several releases ({', '.join(l.release for l in locations)}) "
+                                           "and no release.yaml says 'default: true'",
+                           hint="add 'default: true' to the release.yaml of the release a new checkout should get, "
+                                "or give --release NAME")
+    return defaults[0]
 
 
 def detect(patchsets: Patchsets, target: Path) -> tuple[str, str] | None:
@@ -150,31 +163,31 @@ class ReleaseSummary:
     date: str | None
     patches: int
     validated: tuple  # schema.Validation records
-    newest: bool
+    default: bool
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "ref": self.ref, "commit": self.commit, "date": self.date, "patches": self.patches,
-            "newest": self.newest,
+            "default": self.default,
             "validated": [{"platform": v.platform, "date": v.date, "hardware": v.hardware, "what": v.what} for v in self.validated],
         }
 
 
 def release_summaries(patchsets: Patchsets) -> list[ReleaseSummary]:
-    """Each release folder with its lock entry (if any) and its release.yaml validation records."""
-    from rocmpatch.schema import load_release_info, load_series
+    """Each release folder with its lock entry (if any), whether it is the default, and its
+    release.yaml validation records."""
+    from rocmpatch.schema import load_series
 
     lock_file = patchsets.lock_file()
     pinned = lock_file.releases if lock_file else {}
-    folders = patchsets.releases()
-    newest = lock_file.newest(among=folders) if lock_file else None
+    locations = [patchsets.location(name) for name in patchsets.releases()]
+    default = locations[0] if len(locations) == 1 else default_location(patchsets, locations) if locations else None
     summaries = []
-    for name in folders:
-        location = patchsets.location(name)
-        lock = pinned.get(name)
+    for location in locations:
+        lock = pinned.get(location.release)
         up = lock.upstream if lock else None
         summaries.append(ReleaseSummary(
-            name, up.ref if up else None, up.commit if up else None, up.date if up else None,
-            len(load_series(location.series_dir).entries), load_release_info(location.series_dir).validated, name == newest,
+            location.release, up.ref if up else None, up.commit if up else None, up.date if up else None,
+            len(load_series(location.series_dir).entries), location.info.validated, location == default,
         ))
     return sorted(summaries, key=lambda s: (s.date or "", s.name))

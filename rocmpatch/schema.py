@@ -7,17 +7,15 @@ and the key, and what was expected.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
 import yaml
 
 from rocmpatch import yamlio as y
 from rocmpatch.yamlio import YAML_LOADER  # noqa: F401 - rebase composes series.yaml with the same loader
 
 SERIES_FILE = "series.yaml"
-RELEASE_FILE = "release.yaml"  # beside series.yaml: where the release was validated, its smoke profile
+RELEASE_FILE = "release.yaml"  # beside series.yaml: what rocmpatch knows of the release beyond its patches
 PLATFORMS = ("cpu", "rocm", "cuda")
 LOCK_FILE = "upstream.lock"
 LOCK_VERSION = 2
@@ -71,7 +69,7 @@ class Upstream:
     ref: str
     commit: str
     tree: str
-    date: str = ""  # the commit's committer date (ISO 8601): orders releases, "newest" is the latest
+    date: str = ""  # the commit's committer date (ISO 8601): orders the lock's and `releases`' listings
 
 
 @dataclass(frozen=True)
@@ -99,11 +97,6 @@ class LockFile:
     """upstream.lock: one Lock per release, keyed by the release's folder name in patchsets/."""
 
     releases: dict[str, Lock]
-
-    def newest(self, among: list[str] | None = None) -> str | None:
-        """The release (of `among`, default all) whose pinned commit is the most recent (ties: the larger name)."""
-        names = [name for name in self.releases if among is None or name in among]
-        return max(names, key=lambda name: (self.releases[name].upstream.date, name)) if names else None
 
     def with_release(self, name: str, lock: Lock) -> "LockFile":
         return LockFile({**self.releases, name: lock})
@@ -144,7 +137,7 @@ def load_series(directory: Path) -> Series:
 
 
 SINGLE_RELEASE_HINT = (
-    "move patchsets/series.yaml and its patch files into patchsets/<release>/ (e.g. patchsets/core_v0.5.0/), "
+    "move patchsets/series.yaml and its patch files into patchsets/<release>/ (named after the pinned tag), "
     "then run 'rocmpatch lock --release <release>' to write the multi-release lock"
 )
 
@@ -222,9 +215,47 @@ class Validation:
 
 
 @dataclass(frozen=True)
+class ReleaseWheel:
+    """The megatron-core wheel whose Python files are the pinned tree's bytes: CI's series tests read
+    upstream code from it (downloaded once, never installed), having no Megatron-LM mirror."""
+
+    requirement: str  # megatron-core==X.Y.Z
+    python: str  # a Python version pip can fetch that wheel for (any one: the .py files are the same)
+
+    @property
+    def version(self) -> str:
+        return self.requirement.split("==", 1)[1]
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """One command of docs/install.md's dependency block for this release's tree."""
+
+    command: str
+    why: str
+
+
+@dataclass(frozen=True)
+class UpstreamTests:
+    """How upstream's own tests/unit_tests run on CPU against this release (tests/upstream_units/)."""
+
+    baseline: tuple[str, ...]  # the patches (by name) without which upstream's tests do not even import
+    subset: tuple[str, ...]  # paths under the tree that the full-tree test runs (minutes, not hours)
+    note: str  # what the baseline means for this release
+
+
+@dataclass(frozen=True)
 class ReleaseInfo:
-    validated: tuple[Validation, ...]
-    smoke: dict[str, Any]  # the smoke profile, as plain data: rocmpatch.smoke.profile reads it
+    """release.yaml: everything rocmpatch knows about a release beyond its patches."""
+
+    path: Path  # release.yaml (which may not exist: then every field is empty)
+    node: y.Node | None = field(default=None, compare=False, repr=False)  # the document, for errors naming a key's line
+    default: bool = False  # the release a command takes when none is asked for or detected
+    validated: tuple[Validation, ...] = ()
+    wheel: ReleaseWheel | None = None
+    install: tuple[InstallStep, ...] = ()
+    upstream_tests: UpstreamTests | None = None
+    smoke: y.Node | None = None  # the smoke profile, read by rocmpatch.smoke.profile.profile_of
 
 
 @dataclass(frozen=True)
@@ -272,20 +303,46 @@ _VALIDATION = y.Mapping({
     "hardware": y.String("the machine: CPU model or GPU and count", strip=True),
     "what": y.String("what ran and what it showed", strip=True),
 })
+_PATCH_NAMES = y.Strings("patch name", pattern=_NAME, non_empty=True, unique=True)
 _RELEASE_INFO = y.Mapping({
+    "default": y.Optional(y.Bool("whether a command takes this release when none is asked for or detected "
+                                 "(exactly one release says true)"), False),
+    "wheel": y.Optional(y.Mapping({
+        "requirement": y.String("megatron-core==VERSION, the wheel whose .py files are the pinned tree's",
+                                pattern=re.compile(r"megatron-core==[0-9][0-9A-Za-z.+-]*"), what="requirement"),
+        "python": y.String("a Python version pip can fetch that wheel for, such as '3.12'",
+                           pattern=re.compile(r"3\.[0-9]+"), what="Python version"),
+    })),
+    "install": y.Optional(y.ListOf(y.Mapping({
+        "command": y.Line("a pip install command run beside the tree, such as pip install -r Megatron-LM/requirements.txt",
+                          pattern=re.compile(r"pip install \S.*"), what="install command"),
+        "why": y.Line("what it installs and why"),
+    }), "a list of {command, why}: docs/install.md's dependency block", non_empty=True), ()),
+    "upstream-tests": y.Optional(y.Mapping({
+        "baseline": _PATCH_NAMES,
+        "subset": y.Strings("path under the tree", pattern=re.compile(r"tests/[A-Za-z0-9_./-]+"), non_empty=True, unique=True),
+        "note": y.Line("what the baseline means for this release"),
+    })),
     "validated": y.Optional(y.ListOf(_VALIDATION, "a list of {platform, date, hardware, what}"), []),
     "smoke": y.Optional(y.Raw("the smoke profile (rocmpatch/smoke/profile.py)")),
 })
 
 
 def load_release_info(directory: Path) -> ReleaseInfo:
-    """patchsets/<release>/release.yaml; a release without one was validated nowhere and has no smoke profile."""
+    """patchsets/<release>/release.yaml; a release without one is the default nowhere, was validated
+    nowhere and has no test wheel, install block, upstream test profile or smoke profile."""
     path = directory / RELEASE_FILE
     if not path.exists():
-        return ReleaseInfo((), {})
+        return ReleaseInfo(path)
     info = y.load(path, _RELEASE_INFO)
-    smoke = info["smoke"]
-    return ReleaseInfo(tuple(Validation(**record) for record in info["validated"]), smoke.plain() if smoke else {})
+    wheel, tests = info["wheel"], info["upstream-tests"]
+    return ReleaseInfo(
+        path, info.node, default=info["default"], validated=tuple(Validation(**record) for record in info["validated"]),
+        wheel=ReleaseWheel(wheel["requirement"], wheel["python"]) if wheel else None,
+        install=tuple(InstallStep(step["command"], step["why"]) for step in info["install"]),
+        upstream_tests=UpstreamTests(tests["baseline"], tests["subset"], tests["note"]) if tests else None,
+        smoke=info["smoke"],
+    )
 
 
 def is_release_name(value: str) -> bool:

@@ -17,6 +17,7 @@ is one stack: `patches` are the release's, then the overlay's, applied by the sa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ from pathlib import Path
 from rocmpatch.errors import InvalidInput
 from rocmpatch.files import MAX_PATCH_FILE, read_regular_file
 from rocmpatch.patching import Patch, parse_patch
-from rocmpatch.schema import (LOCK_FILE, OVERLAY_LOCK_FILE, SERIES_FILE, Lock, LockedPatch, LockFile, OverlayLock, Series,
-                              SeriesEntry, load_lock_file, load_overlay_lock, load_series)
+from rocmpatch.schema import (LOCK_FILE, OVERLAY_LOCK_FILE, SERIES_FILE, Lock, LockedPatch, LockFile, OverlayLock, ReleaseInfo,
+                              Series, SeriesEntry, load_lock_file, load_overlay_lock, load_release_info, load_series)
 
 SERIES_DIR_VARIABLE = "ROCMPATCH_SERIES_DIR"
 OVERLAY_VARIABLE = "ROCMPATCH_OVERLAY"
@@ -50,6 +51,11 @@ class Location:
     @property
     def patchsets(self) -> "Patchsets":
         return Patchsets(self.series_dir.parent, self.lock_path)
+
+    @functools.cached_property
+    def info(self) -> ReleaseInfo:
+        """The release's release.yaml, read once for this Location (a command passes its Location on)."""
+        return load_release_info(self.series_dir)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,9 @@
 """Real upstream bytes of a Megatron-LM release, taken from its megatron-core wheel on PyPI.
 
 CI has no Megatron-LM mirror, so the series tests read upstream code from the wheel whose Python
-files are byte-identical to the pinned tag:
-- core_v0.5.0: megatron-core==0.5.0 holds megatron/core/;
-- core_v0.19.0: megatron-core==0.19.1 (yanked as "wrong version", cp312 only) holds megatron/core/
-  and most of megatron/training/, identical to the tag 5be96267.
-A wheel is fetched once with pip from the package registry (never installed, no torch needed) and
-cached between runs.
+files are byte-identical to the pinned tag: the release's release.yaml names it (`wheel:
+{requirement, python}`, with what it holds in a comment). A wheel is fetched once with pip from the
+package registry (never installed, no torch needed) and cached between runs.
 """
 
 from __future__ import annotations
@@ -16,24 +13,19 @@ import os
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class ReleaseWheel:
-    version: str
-    python_version: str  # any wheel of that version carries the same .py files; pick one pip can fetch
-
-    @property
-    def requirement(self) -> str:
-        return f"megatron-core=={self.version}"
+from rocmpatch.schema import ReleaseWheel
+from rocmpatch.series import find_patchsets
 
 
-WHEELS = {
-    "core_v0.5.0": ReleaseWheel("0.5.0", "3.11"),
-    "core_v0.19.0": ReleaseWheel("0.19.1", "3.12"),
-}
+def release_wheel(release: str) -> ReleaseWheel:
+    """The wheel patchsets/<release>/release.yaml names."""
+    location = find_patchsets()[0].location(release)
+    if location.info.wheel is None:
+        raise LookupError(f"{location.info.path} names no test wheel (wheel: {{requirement, python}}); "
+                          "see docs/adding-a-release.md")
+    return location.info.wheel
 
 
 def wheel_cache_dir() -> Path:
@@ -41,9 +33,9 @@ def wheel_cache_dir() -> Path:
     return Path(os.environ.get("ROCMPATCH_TEST_WHEEL_DIR", default))
 
 
-def megatron_core_wheel(release: str = "core_v0.5.0") -> Path:
+def megatron_core_wheel(release: str) -> Path:
     """Path of the cached wheel of `release`, downloading it on first use."""
-    wheel = WHEELS[release]
+    wheel = release_wheel(release)
     cache = wheel_cache_dir()
     pattern = f"megatron_core-{wheel.version}-*.whl"
     found = sorted(cache.glob(pattern))
@@ -52,7 +44,7 @@ def megatron_core_wheel(release: str = "core_v0.5.0") -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-         "--python-version", wheel.python_version, "--platform", "manylinux_2_28_x86_64",
+         "--python-version", wheel.python, "--platform", "manylinux_2_28_x86_64",
          "--platform", "manylinux2014_x86_64", "--dest", str(cache), wheel.requirement],
         check=True,
     )
@@ -60,7 +52,7 @@ def megatron_core_wheel(release: str = "core_v0.5.0") -> Path:
 
 
 @functools.cache
-def megatron_core_files(release: str = "core_v0.5.0") -> dict[str, bytes]:
+def megatron_core_files(release: str) -> dict[str, bytes]:
     """{repository path: bytes} of every upstream source file the wheel carries (no built .so)."""
     with zipfile.ZipFile(megatron_core_wheel(release)) as wheel:
         return {

@@ -12,7 +12,7 @@ def test_version_prints_the_pin(project):
     result = run_rocmpatch("--version", env={"ROCMPATCH_SERIES_DIR": str(project.series_dir)})
     assert result.returncode == 0
     assert f"rocmpatch {__version__}" in result.stdout
-    assert re.search(r"release test_v1 \(newest\): file://\S+ v1.0 [0-9a-f]{40}", result.stdout)
+    assert re.search(r"release test_v1 \(default\): file://\S+ v1.0 [0-9a-f]{40}", result.stdout)
 
 
 def test_every_command_has_help():

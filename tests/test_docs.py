@@ -126,21 +126,31 @@ def test_no_install_command_names_a_package_that_is_not_on_pypi():
     assert not offenders, offenders
 
 
-def dependency_blocks() -> dict[str, list[str]]:
+def dependency_lines() -> dict[str, list[tuple[str, str]]]:
+    """docs/install.md's dependency blocks: release -> [(command, its comment)]."""
     text = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
-    blocks: dict[str, list[str]] = {}
+    blocks: dict[str, list[tuple[str, str]]] = {}
     for release, body in DEPENDENCY_BLOCK.findall(text):
         assert release not in blocks, f"two dependency blocks for {release}"
-        blocks[release] = [line.split("#", 1)[0].strip() for line in body.splitlines() if line.split("#", 1)[0].strip()]
+        pairs = [line.partition("#")[::2] for line in body.splitlines() if line.split("#", 1)[0].strip()]
+        blocks[release] = [(command.strip(), why.strip()) for command, why in pairs]
     return blocks
 
 
+def dependency_blocks() -> dict[str, list[str]]:
+    return {release: [command for command, _ in lines] for release, lines in dependency_lines().items()}
+
+
 def test_one_dependency_block_per_release_and_nowhere_else():
+    """Each block is its release.yaml's `install:` list, command for command, comment for why."""
     patchsets, _ = find_patchsets(PACKAGE_DIR.parent / "patchsets" if (PACKAGE_DIR.parent / "patchsets").is_dir() else None)
-    blocks = dependency_blocks()
+    blocks = dependency_lines()
     assert sorted(blocks) == sorted(patchsets.releases())
-    for release, commands in blocks.items():
-        assert commands and all(c.startswith("pip install ") for c in commands), (release, commands)
+    for release, lines in blocks.items():
+        install = patchsets.location(release).info.install
+        assert lines == [(step.command, step.why) for step in install], (
+            f"docs/install.md's block for {release} is not its release.yaml install: list")
+        assert lines and all(command.startswith("pip install ") for command, _ in lines), (release, lines)
     # Other pages point to install.md instead of keeping lists of their own that drift apart.
     # (validation.md records what was run, not instructions.)
     elsewhere = [f"{doc.relative_to(ROOT)}: {line.strip()}" for doc in DOCS if doc.name not in ("install.md", "validation.md")

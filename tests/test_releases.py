@@ -18,12 +18,13 @@ from tests.upstream_history import make_history, write_project
 
 @pytest.fixture
 def two_releases(tmp_path, upstream):
-    """test_v1 pinned at the tag, test_v2 (newer) at the commit after it; the same two patches."""
+    """test_v1 pinned at the tag, test_v2 (newer, the default) at the commit after it; the same two patches."""
     root = tmp_path / "proj"
     first = write_series(root, patch_texts(upstream, DEFAULT_PATCHES), release="test_v1", headers=True)
     write_lock(first, locking.Pin(upstream.url, upstream.ref, upstream.commit))
     second = write_series(root, patch_texts(upstream, DEFAULT_PATCHES), release="test_v2", headers=True)
     write_lock(second, locking.Pin(upstream.url, "main", upstream.later))
+    (second.series_dir / "release.yaml").write_text("default: true\n")
     return first, second
 
 
@@ -39,12 +40,44 @@ def test_one_lock_holds_both_releases_and_writing_one_keeps_the_other(two_releas
     assert text.index("test_v1:") < text.index("test_v2:")  # oldest pin first
 
 
-def test_a_new_target_gets_the_newest_release_and_is_told(two_releases, tmp_path):
+def test_a_new_target_gets_the_default_release_and_is_told(two_releases, tmp_path):
     patchsets = two_releases[0].patchsets.root
     result = invoke("apply", "--target", str(tmp_path / "t"), "--series-dir", str(patchsets))
     assert result.exit_code == 0, result.output
-    assert "release test_v2: the newest in upstream.lock" in result.stderr
+    assert "release test_v2: the default" in result.stderr
     assert "of test_v2 applied" in result.stdout
+
+
+def test_the_default_is_what_release_yaml_says_not_the_newest_pin(two_releases, tmp_path):
+    first, second = two_releases
+    (second.series_dir / "release.yaml").unlink()
+    (first.series_dir / "release.yaml").write_text("default: true\n")
+    result = invoke("apply", "--target", str(tmp_path / "t"), "--series-dir", str(first.patchsets.root))
+    assert result.exit_code == 0, result.output
+    assert "release test_v1: the default" in result.stderr
+    listed = json.loads(invoke("releases", "--series-dir", str(first.patchsets.root), "--json").stdout)["releases"]
+    assert {r["name"]: r["default"] for r in listed} == {"test_v1": True, "test_v2": False}
+    table = invoke("releases", "--series-dir", str(first.patchsets.root)).stdout
+    assert "test_v1 (default)" in table and "test_v2 (default)" not in table
+
+
+@pytest.mark.parametrize("defaults", [(), ("test_v1", "test_v2")])
+def test_no_default_or_two_is_one_clear_line(two_releases, tmp_path, defaults):
+    first, second = two_releases
+    for location in (first, second):
+        (location.series_dir / "release.yaml").write_text(
+            "default: true\n" if location.release in defaults else "default: false\n")
+    for command in (["apply", "--target", str(tmp_path / "t")], ["releases"]):
+        result = invoke(*command, "--series-dir", str(first.patchsets.root))
+        assert result.exit_code == ExitCode.INVALID_INPUT, result.output
+        if defaults:
+            assert "test_v1/release.yaml:1: default: true here and in " in result.stderr
+            assert "test_v2/release.yaml:1" in result.stderr
+        else:
+            assert "holds several releases (test_v1, test_v2) and no release.yaml says 'default: true'" in result.stderr
+        assert not (tmp_path / "t").exists()
+    assert invoke("apply", "--target", str(tmp_path / "t"), "--series-dir", str(first.patchsets.root),
+                  "--release", "test_v1").exit_code == 0  # asked: no default needed
 
 
 def test_an_existing_target_is_detected_and_a_disagreeing_flag_refused(two_releases, tmp_path, upstream):
@@ -99,7 +132,7 @@ def test_releases_lists_pins_and_validation(two_releases):
     assert result.exit_code == 0, result.output
     listed = {r["name"]: r for r in json.loads(result.stdout)["releases"]}
     assert listed["test_v1"]["validated"][0]["platform"] == "cpu" and listed["test_v1"]["patches"] == 2
-    assert listed["test_v2"]["newest"] is True and listed["test_v2"]["validated"] == []
+    assert listed["test_v2"]["default"] is True and listed["test_v2"]["validated"] == []
 
 
 def test_a_bad_platform_in_release_yaml_names_file_and_line(two_releases):
@@ -117,6 +150,7 @@ def test_rebase_into_a_new_release_leaves_the_old_one(tmp_path):
     gitcmd.run(history.project, "init", "-q")
     old = location_of(history.series_dir)
     (old.series_dir / "release.yaml").write_text(
+        "# the default\ndefault: true\nwheel: {requirement: megatron-core==1.0, python: '3.12'}\n"
         "validated:\n- platform: cpu\n  date: '2026-11-23'\n  hardware: test box\n  what: tests\n"
         "# the profile\nsmoke:\n  imports:\n    core: [pkg]\n")
     before = {p.name: p.read_bytes() for p in old.series_dir.iterdir()}
@@ -125,11 +159,36 @@ def test_rebase_into_a_new_release_leaves_the_old_one(tmp_path):
     assert result.exit_code == 0, result.output
     assert {p.name: p.read_bytes() for p in old.series_dir.iterdir()} == before
     new = location_of(old.patchsets.root / "test_v2")
-    carried = load_release_info(new.series_dir)  # the smoke profile comes along; no validation does
-    assert carried.smoke == {"imports": {"core": ["pkg"]}} and carried.validated == ()
+    carried = load_release_info(new.series_dir)  # the smoke profile comes along; no validation, default or wheel does
+    assert carried.smoke.plain() == {"imports": {"core": ["pkg"]}} and carried.validated == ()
+    assert not carried.default and carried.wheel is None
     assert "# the profile" in (new.series_dir / "release.yaml").read_text()
+    assert "# the default" not in (new.series_dir / "release.yaml").read_text()
     assert lock_of(new).upstream.commit == history.commits["m2"]
     assert lock_of(old).upstream.commit == history.pin
     assert invoke("check", "--series-dir", str(old.patchsets.root), "--upstream-url", str(history.repo)).exit_code == 0
     again = invoke("rebase", "--onto", "main", "--into", "test_v2", *common)
     assert again.exit_code == ExitCode.USAGE and "already exists" in again.output
+
+
+def test_release_yaml_is_read_once_per_command(two_releases, tmp_path, monkeypatch):
+    from collections import Counter
+
+    from rocmpatch import series as series_module
+
+    reads: Counter = Counter()
+    real = series_module.load_release_info
+
+    def counting(directory):
+        reads[directory.name] += 1
+        return real(directory)
+
+    monkeypatch.setattr(series_module, "load_release_info", counting)
+    patchsets = str(two_releases[0].patchsets.root)
+    both = {"test_v1": 1, "test_v2": 1}
+    for command, expected in ((["releases"], both), (["apply", "--target", str(tmp_path / "t")], both),
+                              (["verify", "--target", str(tmp_path / "t")], {})):  # detected: no default needed
+        reads.clear()
+        result = invoke(*command, "--series-dir", patchsets)
+        assert result.exit_code == 0, result.output
+        assert dict(reads) == expected, command

@@ -1,4 +1,5 @@
-"""`rocmpatch releases`: what each release folder pins and where its patched tree was validated."""
+"""`rocmpatch releases`: what each release folder pins, which one is the default, and where its patched
+tree was validated."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def run(*, series_dir: Path | None, as_json: bool) -> ExitCode:
     for summary in summaries:
         latest = {v.platform: v.date for v in sorted(summary.validated, key=lambda v: v.date)}
         places = ", ".join(f"{p} {latest[p]}" for p in PLATFORMS if p in latest) or "nowhere yet"
-        table.add_row(summary.name + (" (newest)" if summary.newest else ""), summary.ref or "-", (summary.commit or "not locked")[:12],
+        table.add_row(summary.name + (" (default)" if summary.default else ""), summary.ref or "-", (summary.commit or "not locked")[:12],
                       (summary.date or "-")[:10], str(summary.patches), places)
     out.print(table)
     return ExitCode.OK

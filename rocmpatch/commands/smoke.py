@@ -13,7 +13,7 @@ from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, err, is_terminal, note, out
 from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused, UsageError
 from rocmpatch.smoke import devices
-from rocmpatch.smoke.profile import load_profile, no_profile_reason
+from rocmpatch.smoke.profile import no_profile_reason, profile_of
 from rocmpatch.smoke.runner import Interrupted, Plan, StageResult, run_stages
 
 DEVICES = ("auto", "rocm", "cuda", "cpu")
@@ -40,7 +40,7 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
                                  hint=devices.ROCM_INSTALL)
     location = selected(series_dir, release, target=target)
     plan = Plan(target=target, device=device, gpus=gpu_list, train_iters=train_iters, series=location,
-                profile=load_profile(location.series_dir))  # a bad profile stops here, before any stage
+                profile=profile_of(location.info, location.release))  # a bad profile stops here, before any stage
     if plan.profile is None:
         note(no_profile_reason(location.release) + ": running environment and collectives only")
     if timeouts:

@@ -88,25 +88,33 @@ def _write_overlay(old: LoadedOverlay, carried: LoadedOverlay, lock: OverlayLock
     locking.write_overlay(carried, lock)
 
 
+NOT_CARRIED = ("default", "wheel", "validated")  # the new release is not the default, has its own wheel, ran nowhere yet
+
+
 def carried_release_info(text: str, source_release: str) -> str:
-    """release.yaml for a release started from `source_release`: its smoke profile (and comments)
-    kept, since the new tree most likely runs the same checks, but no `validated:` record: nothing
-    has run on the new tree yet."""
-    replacement = (f"# Started from {source_release} by 'rocmpatch rebase --into': the smoke profile below is carried\n"
-                   "# over (check it against this tree's layout); nothing has been validated on this tree yet.\n"
+    """release.yaml for a release started from `source_release`: its smoke profile, install block and
+    upstream test profile (and comments) kept, since the new tree most likely needs the same, but not
+    `default:` (one release is the default), `wheel:` (the old tree's bytes) or `validated:` records
+    (nothing has run on the new tree yet)."""
+    replacement = (f"# Started from {source_release} by 'rocmpatch rebase --into': what is below is carried over (check\n"
+                   "# it against this tree's layout); add this tree's test wheel (docs/adding-a-release.md); nothing\n"
+                   "# has been validated on this tree yet.\n"
                    "validated: []\n")
     root = yaml.compose(text, Loader=YAML_LOADER)
     lines = text.splitlines(keepends=True)
     pairs = root.value if root is not None and isinstance(root.value, list) else []
     keys = [key for key, _ in pairs]
+    cut: set[int] = set()
     for index, (key, value) in enumerate(pairs):
-        if key.value != "validated":
+        if key.value not in NOT_CARRIED:
             continue
         start, end = _line_span(keys, index, value)
         while end - 1 > start and lines[end - 1].strip()[:1] in ("#", ""):
             end -= 1  # comments before the next key belong to it
-        return "".join(lines[:start]) + replacement + "".join(lines[end:])
-    return replacement + text
+        while start > 0 and lines[start - 1].startswith("#"):
+            start -= 1  # and those right above this key to this one
+        cut.update(range(start, end))
+    return replacement + "".join(line for number, line in enumerate(lines) if number not in cut)
 
 
 def _line_span(starts: list, index: int, last) -> tuple[int, int]:

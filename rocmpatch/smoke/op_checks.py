@@ -1,6 +1,8 @@
 """The op checks of the ops stage: each builds one torch-native replacement of the series the way
 Megatron does (fusion requested) and returns [(what, output, fp32 reference), ...] for one device and
-dtype. REGISTRY names them for the release profiles (release.yaml `smoke.ops`); `checks(names)` is the
+dtype. A release profile (release.yaml `smoke.ops`) lists them: by name from REGISTRY (checks of
+megatron.core code, where every release keeps it), or as an entry {name, kind, module, ...} of one
+of KINDS, for code whose module only that release's tree has (a legacy layout). `checks(ops)` is the
 table ops.py runs for a profile; ops.py compares, tolerates and reports.
 """
 
@@ -127,12 +129,14 @@ def _torch_norm(torch, normalization: str):
     return build
 
 
-def _legacy_norm(zero_centered: bool):
+def _mixed_fused_norm(module: str, zero_centered: bool):
+    """The pre-megatron.core MixedFusedLayerNorm (apex's fused norm in upstream), from `module`."""
     def build(hidden):
-        from megatron.model.fused_layer_norm import MixedFusedLayerNorm
+        import importlib
 
-        return MixedFusedLayerNorm(hidden, eps=1e-5, no_persist_layer_norm=False,
-                                   sequence_parallel=False, apply_layernorm_1p=zero_centered)
+        norm = importlib.import_module(module).MixedFusedLayerNorm
+        return norm(hidden, eps=1e-5, no_persist_layer_norm=False, sequence_parallel=False,
+                    apply_layernorm_1p=zero_centered)
     return build
 
 
@@ -216,9 +220,11 @@ def _clip_pairs(torch, norm, ours, theirs):
     return pairs + [(f"grad {i}", a.grad, b.grad) for i, (a, b) in enumerate(zip(ours, theirs))]
 
 
-def _run_clip(torch, device, dtype):
-    from megatron.optimizer.clip_grads import clip_grad_norm_fp32
+def _run_clip(torch, module: str, device, dtype):
+    """The pre-megatron.core clip_grad_norm_fp32(parameters, grads, max_norm, ...), from `module`."""
+    import importlib
 
+    clip_grad_norm_fp32 = importlib.import_module(module).clip_grad_norm_fp32
     ours, theirs = _params_with_grads(torch, device)
     norm = clip_grad_norm_fp32(ours, [p.grad for p in ours], 1.0, False)
     return _clip_pairs(torch, norm, ours, theirs)
@@ -404,55 +410,51 @@ class Check:
 # --- the registry: release.yaml's smoke.ops names entries of it --------------------------------
 # Each entry is a stable name and the checks it stands for; every check names the repository file of
 # the code it exercises. A release's smoke profile lists the entries that fit its tree; a listed check
-# whose file a given tree lacks (a core-only tree has no megatron/model) does not run there.
+# whose file a given tree lacks (a core-only tree has no training code) does not run there.
 
 CORE_SOFTMAX = "megatron/core/fusions/fused_softmax.py"
-LEGACY_SOFTMAX = "megatron/model/fused_softmax.py"
 CORE_NORM = "megatron/core/fusions/fused_layer_norm.py"
-LEGACY_NORM = "megatron/model/fused_layer_norm.py"
 ROPE = "megatron/core/models/common/embeddings/rotary_pos_embedding.py"
-LEGACY_OPTIMIZER = "megatron/optimizer/__init__.py"
 CORE_OPTIMIZER = "megatron/core/optimizer/__init__.py"
-LEGACY_CLIP = "megatron/optimizer/clip_grads.py"
 CORE_CLIP = "megatron/core/optimizer/clip_grads.py"
 TENSOR_PARALLEL_LAYERS = "megatron/core/tensor_parallel/layers.py"
 CORE_ATTENTION = "megatron/core/transformer/dot_product_attention.py"
 TORCH_NORM = "megatron/core/transformer/torch_norm.py"
+SOFTMAX_VARIANTS = ("causal", "causal-no-mask", "padding", "no-mask")
+
+
+def _named(label: str, what: str) -> str:
+    return f"{label} {what}" if label else what
 
 
 def _softmax_checks(prefix: str, path: str, module: str, enums: str, variants: tuple[str, ...]) -> tuple[Check, ...]:
-    return tuple(Check(f"{prefix} softmax {variant}", path,
+    return tuple(Check(_named(prefix, f"softmax {variant}"), path,
                        lambda t, d, x, v=variant: _run_softmax(t, module, enums, v, d, x)) for variant in variants)
 
 
 def _norm_checks(prefix: str, path: str, build: Callable) -> tuple[Check, ...]:
-    return tuple(Check(f"{prefix} LayerNorm{' zero-centered' if zero else ''}", path,
+    return tuple(Check(_named(prefix, f"LayerNorm{' zero-centered' if zero else ''}"), path,
                        lambda t, d, x, z=zero: _run_norm(t, build(t, z), z, False, d, x)) for zero in (False, True))
 
 
 def _optimizer_checks(prefix: str, path: str, module: str) -> tuple[Check, ...]:
-    label = f"{prefix} optimizer" if prefix else "optimizer"
-    return tuple(Check(f"{label} {kind} step", path, lambda t, d, x, k=kind: _run_optimizer(t, module, k, d, x),
+    return tuple(Check(_named(prefix, f"optimizer {kind} step"), path,
+                       lambda t, d, x, k=kind: _run_optimizer(t, module, k, d, x),
                        dtypes=("float32",)) for kind in ("Adam", "SGD"))
 
 
 REGISTRY: dict[str, tuple[Check, ...]] = {
     "core-softmax": _softmax_checks("core", CORE_SOFTMAX, "megatron.core.fusions.fused_softmax",
-                                    "megatron.core.transformer.enums", ("causal", "causal-no-mask", "padding", "no-mask")),
-    "legacy-softmax": _softmax_checks("legacy", LEGACY_SOFTMAX, "megatron.model.fused_softmax", "megatron.model.enums",
-                                      ("causal", "padding", "no-mask")),
+                                    "megatron.core.transformer.enums", SOFTMAX_VARIANTS),
     "core-layernorm": _norm_checks("core", CORE_NORM, lambda t, z: _core_norm(t, "LayerNorm", z)),
     "core-rmsnorm": (Check("core RMSNorm", CORE_NORM,
                            lambda t, d, x: _run_norm(t, _core_norm(t, "RMSNorm", False), False, True, d, x)),),
-    "legacy-layernorm": _norm_checks("legacy", LEGACY_NORM, lambda t, z: _legacy_norm(z)),
     "rope": (Check("RoPE apply", ROPE, _run_rope_apply),
              Check("RoPE frequencies", ROPE, _run_rope_embedding, dtypes=("float32",))),
-    "legacy-optimizer": _optimizer_checks("", LEGACY_OPTIMIZER, "megatron.optimizer"),
     "core-optimizer": _optimizer_checks("core", CORE_OPTIMIZER, "megatron.core.optimizer"),
     "grad-accum-fusion": tuple(Check(f"grad-accum fusion {api}", TENSOR_PARALLEL_LAYERS,
                                      lambda t, d, x, a=api: _run_grad_accum_linear(t, a, d, x))
                                for api in ("ColumnParallelLinear", "linear_with_grad_accumulation")),
-    "legacy-grad-norm-clipping": (Check("grad-norm clipping", LEGACY_CLIP, _run_clip, dtypes=("float32",)),),
     "core-grad-norm-clipping": (Check("core grad-norm clipping", CORE_CLIP, _run_core_clip, dtypes=("float32",)),),
     "core-torch-norm": tuple(Check(f"core torch {kind}", TORCH_NORM, lambda t, d, x, k=kind: _run_norm(t, _torch_norm(t, k), False, k == "RMSNorm", d, x))
                              for kind in ("LayerNorm", "RMSNorm")),
@@ -465,6 +467,44 @@ REGISTRY: dict[str, tuple[Check, ...]] = {
 }
 
 
-def checks(names) -> list[Check]:
-    """The checks of the registry entries `names` (a smoke profile's ops), in that order."""
-    return [check for name in names for check in REGISTRY[name]]
+# --- kinds: checks whose module a release's tree decides -------------------------------------
+# release.yaml's smoke.ops entry {name, kind, module, path?, label?, ...}: the code is here, the module
+# (a legacy layout's megatron/model, megatron/optimizer, ...) is the release's data. `path` is the
+# module's file in the tree (default: the module's dotted name as a .py file).
+
+
+@dataclass(frozen=True)
+class Kind:
+    build: Callable[[dict], tuple[Check, ...]]  # (the entry, with `path` filled in) -> its checks
+    description: str
+    enums: bool = False  # whether the entry names the module of its AttnMaskType enum (`enums:`)
+    variants: tuple[str, ...] = ()  # the variants an entry may choose among (`variants:`)
+
+
+KINDS: dict[str, Kind] = {
+    "softmax": Kind(lambda e: _softmax_checks(e["label"], e["path"], e["module"], e["enums"], tuple(e["variants"])),
+                    "FusedScaleMaskSoftmax of `module`, with AttnMaskType from `enums`", enums=True,
+                    variants=SOFTMAX_VARIANTS),
+    "mixed-fused-layernorm": Kind(lambda e: _norm_checks(e["label"], e["path"], lambda t, z: _mixed_fused_norm(e["module"], z)),
+                                  "MixedFusedLayerNorm of `module`"),
+    "optimizer": Kind(lambda e: _optimizer_checks(e["label"], e["path"], e["module"]), "Adam and SGD of `module`"),
+    "clip-grad-norm": Kind(lambda e: (Check(_named(e["label"], "grad-norm clipping"), e["path"],
+                                            lambda t, d, x: _run_clip(t, e["module"], d, x), dtypes=("float32",)),),
+                           "clip_grad_norm_fp32(parameters, grads, max_norm, ...) of `module`"),
+}
+
+
+def module_file(module: str) -> str:
+    """A module's file in the tree, by default: its dotted name as a .py file."""
+    return module.replace(".", "/") + ".py"
+
+
+def checks(ops) -> list[Check]:
+    """The checks of a smoke profile's ops, in that order: REGISTRY names and KINDS entries."""
+    found: list[Check] = []
+    for op in ops:
+        if isinstance(op, str):
+            found += REGISTRY[op]
+        else:
+            found += KINDS[op["kind"]].build({"label": "", **op, "path": op.get("path") or module_file(op["module"])})
+    return found

@@ -1,7 +1,7 @@
 """A release's smoke profile: what the import stage imports, which op checks run, how train trains.
 
 It is the `smoke:` section of patchsets/<release>/release.yaml, beside the series, because the tree
-layout differs between releases (core_v0.5.0 has megatron/model, megatron/arguments.py and the legacy
+layout differs between releases (the oldest have megatron/model, megatron/arguments.py and the legacy
 model path; newer trees have megatron/training/ and megatron.core models only). What every release
 shares stays in code: the tiny model's size, the data and tokenizer flags, the backend, precision and
 parallelism (train.py), and how op checks compute and compare (op_checks.py, ops.py).
@@ -10,7 +10,14 @@ parallelism (train.py), and how op checks compute and compare (op_checks.py, ops
       imports:
         core: [megatron.core, ...]         # imported wherever they exist (a core-only tree too)
         full: [megatron.training, ...]     # also imported in a full tree (one with the train script)
-      ops: [core-softmax, rope, ...]       # names from op_checks.REGISTRY
+      ops:                                 # names from op_checks.REGISTRY, or entries of op_checks.KINDS:
+      - core-softmax
+      - name: legacy-softmax               #   a check of a module only this release's tree has
+        kind: softmax
+        module: megatron.model.fused_softmax
+        enums: megatron.model.enums        #   (kind-specific keys: op_checks.Kind)
+        label: legacy                      #   optional: the checks' names start with it
+        path: megatron/model/fused_softmax.py   # optional: the module's file (this is the default)
       train:
         script: pretrain_gpt.py            # optional; this is the default
         args: [...]                        # optional: every run, every platform
@@ -35,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmpatch import yamlio as y
-from rocmpatch.schema import RELEASE_FILE
+from rocmpatch.schema import RELEASE_FILE, ReleaseInfo, load_release_info
 
 PROFILED_STAGES = ("import", "ops", "train")
 DEFAULT_SCRIPT = "pretrain_gpt.py"
@@ -58,8 +65,18 @@ _IMPORTS = y.Mapping({
 })
 _SMOKE = y.Mapping({
     "imports": _IMPORTS,
-    "ops": y.Strings("op check name", non_empty=True, unique=True),
+    "ops": y.ListOf(y.Raw("an op check"), "a non-empty list of op checks: names from "
+                    "rocmpatch/smoke/op_checks.py REGISTRY, or {name, kind, module, ...} entries", non_empty=True),
     "train": _TRAIN,
+})
+_OP = y.Mapping({
+    "name": y.String("a short lowercase name such as 'legacy-softmax'", pattern=_RUN_NAME, what="op check name"),
+    "kind": y.Raw("a kind of rocmpatch/smoke/op_checks.py KINDS"),
+    "module": y.String("the dotted module the checks import", pattern=_MODULE, what="module name"),
+    "path": y.Optional(y.String("the module's file in the tree", pattern=re.compile(r"megatron/[A-Za-z0-9_/]+\.py"))),
+    "label": y.Optional(y.Line("what the checks' names start with")),
+    "enums": y.Optional(y.String("the dotted module of AttnMaskType", pattern=_MODULE, what="module name")),
+    "variants": y.Optional(y.Strings("variant", non_empty=True, unique=True)),
 })
 
 
@@ -87,7 +104,7 @@ class SmokeProfile:
     release: str
     core_imports: tuple[str, ...]
     full_imports: tuple[str, ...]
-    ops: tuple[str, ...]
+    ops: tuple[str | dict[str, Any], ...]  # REGISTRY names, and KINDS entries as plain data
     train: TrainProfile
 
     def to_config(self) -> dict[str, Any]:
@@ -108,6 +125,11 @@ class SmokeProfile:
                    tuple(data["ops"]), train)
 
 
+def profile_of(info: ReleaseInfo, release: str) -> SmokeProfile | None:
+    """The smoke profile of a release.yaml already read (schema.load_release_info), or None."""
+    return None if info.smoke is None else parse_profile(info.smoke, release)
+
+
 def no_profile_reason(release: str | None) -> str:
     """Why import, ops and train are skipped when there is no profile."""
     if release is None:
@@ -118,20 +140,11 @@ def no_profile_reason(release: str | None) -> str:
 
 def load_profile(series_dir: Path) -> SmokeProfile | None:
     """The smoke profile in `series_dir`/release.yaml, or None when there is none."""
-    path = series_dir / RELEASE_FILE
-    if not path.exists():
-        return None
-    root = y.Mapping({"validated": y.Raw("where the patched tree was shown to work"),
-                      "smoke": y.Raw("the smoke profile")}).check(y.read_document(path))
-    node = root.get("smoke")
-    if node is None:
-        return None
-    return parse_profile(node, series_dir.name)
+    return profile_of(load_release_info(series_dir), series_dir.name)
 
 
 def parse_profile(node: y.Node, release: str) -> SmokeProfile:
     """The profile in release.yaml's `smoke:` node; checks what spans fields (op names, owned flags)."""
-    from rocmpatch.smoke.op_checks import REGISTRY
     from rocmpatch.smoke.train import owned_flags
 
     smoke = _SMOKE.read(node)
@@ -139,9 +152,11 @@ def parse_profile(node: y.Node, release: str) -> SmokeProfile:
     both = set(imports["core"]) & set(imports["full"])
     if both:
         raise imports.node.error(f"{sorted(both)[0]!r} is in core too; list each module once", key="full")
-    for item in smoke.node.get("ops").value:
-        if item.value not in REGISTRY:
-            raise item.error(f"unknown op check {item.value!r}", hint=f"known op checks: {', '.join(REGISTRY)}")
+    ops = tuple(_op(item) for item in smoke["ops"])
+    names = [op if isinstance(op, str) else op["name"] for op in ops]
+    for item, name in zip(smoke["ops"], names):
+        if names.count(name) > 1:
+            raise item.error(f"{name!r} is listed twice", hint="list each op check once")
     train = smoke["train"]
     script = train.node.get("script")
     if script is not None and ".." in train["script"].split("/"):
@@ -156,7 +171,40 @@ def parse_profile(node: y.Node, release: str) -> SmokeProfile:
             raise run.node.error(f"duplicate run name {run['name']!r}", key="name")
         runs.append(TrainRun(run["name"], run["args"]))
     profile = TrainProfile(tuple(runs), train["script"], train["args"], train["cpu-args"], train["gpu-args"])
-    return SmokeProfile(release, imports["core"], imports["full"], smoke["ops"], profile)
+    return SmokeProfile(release, imports["core"], imports["full"], ops, profile)
+
+
+def _op(node: y.Node) -> str | dict[str, Any]:
+    """One smoke.ops item: a REGISTRY name, or an entry of a KINDS kind (as plain data, for the child)."""
+    from rocmpatch.smoke.op_checks import KINDS, REGISTRY
+
+    known = f"op checks: {', '.join(REGISTRY)}; or an entry {{name, kind, module, ...}} of a kind: {', '.join(KINDS)}"
+    if not isinstance(node.value, dict):
+        if isinstance(node.value, str) and node.value in REGISTRY:
+            return node.value
+        raise node.error(f"unknown op check {node.plain()!r}", hint=known)
+    entry = _OP.read(node)
+    kind = KINDS.get(entry["kind"].value) if isinstance(entry["kind"].value, str) else None
+    if kind is None:
+        raise entry["kind"].error(f"unknown kind {entry['kind'].plain()!r}", hint=known)
+    if entry["name"] in REGISTRY:
+        raise entry.node.error(f"{entry['name']!r} is a REGISTRY check already", hint="name the entry otherwise", key="name")
+    if kind.enums != (entry["enums"] is not None):
+        raise entry.node.error(f"kind {entry['kind'].value} {'needs' if kind.enums else 'takes no'} enums:",
+                               hint=kind.description, key="enums")
+    if bool(kind.variants) != (entry["variants"] is not None):
+        raise entry.node.error(f"kind {entry['kind'].value} {'needs' if kind.variants else 'takes no'} variants:",
+                               hint=f"{kind.description}; variants: {', '.join(kind.variants)}" if kind.variants else kind.description,
+                               key="variants")
+    for index, variant in enumerate(entry["variants"] or ()):
+        if variant not in kind.variants:
+            raise entry.node.get("variants").value[index].error(
+                f"{variant!r} is not a variant of kind {entry['kind'].value}", hint=f"one of {', '.join(kind.variants)}")
+    plain = {"name": entry["name"], "kind": entry["kind"].value, "module": entry["module"]}
+    plain.update({key: entry[key] for key in ("path", "label", "enums") if entry[key] is not None})
+    if entry["variants"] is not None:
+        plain["variants"] = list(entry["variants"])
+    return plain
 
 
 def _refuse_owned(flags: y.Node | None, owned: frozenset[str]) -> None:

@@ -27,7 +27,7 @@ from rocmpatch.series import Location
 from rocmpatch.processes import interruption_point
 from rocmpatch.smoke import blame
 from rocmpatch.smoke.child import STEP_MARKER
-from rocmpatch.smoke.profile import PROFILED_STAGES, SmokeProfile, load_profile, no_profile_reason
+from rocmpatch.smoke.profile import PROFILED_STAGES, SmokeProfile, no_profile_reason, profile_of
 
 STAGES = ("environment", "import", "ops", "collectives", "train")
 MODULES = {
@@ -87,7 +87,7 @@ class Plan:
 
     def release_profile(self) -> SmokeProfile | None:
         if self.profile is None and self.series is not None:
-            self.profile = load_profile(self.series.series_dir)
+            self.profile = profile_of(self.series.info, self.series.release)
         return self.profile
 
     @property

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from rocmpatch.errors import InvalidInput
+from rocmpatch.releases import choose
 from rocmpatch.series import Location
 from rocmpatch.smoke import op_checks
 from rocmpatch.smoke.profile import SmokeProfile, load_profile
 from rocmpatch.smoke.runner import Plan, run_stages
 
 ROOT = Path(__file__).resolve().parents[2]
-RELEASE_0_5_0 = ROOT / "patchsets" / "core_v0.5.0"
+A_RELEASE = choose(ROOT / "patchsets", None).location.series_dir  # any release's series.yaml will do: the default's
 
 VALID = """\
 validated: []
@@ -38,24 +39,6 @@ def release_dir(tmp_path: Path, text: str | None, name: str = "core_v9.9.9") -> 
     if text is not None:
         (directory / "release.yaml").write_text(text)
     return directory
-
-
-def test_profile_of_0_5_0_is_what_smoke_did_before_profiles():
-    profile = load_profile(RELEASE_0_5_0)
-    assert profile.release == "core_v0.5.0"
-    assert profile.core_imports[0] == "megatron.core" and "megatron.core.datasets.gpt_dataset" in profile.core_imports
-    assert {"megatron.arguments", "megatron.model.transformer", "pretrain_gpt", "pretrain_t5"} <= set(profile.full_imports)
-    names = [check.name for check in op_checks.checks(profile.ops)]
-    assert sorted(names) == sorted([  # the checks smoke ran before releases had profiles
-        *(f"core softmax {v}" for v in ("causal", "causal-no-mask", "padding", "no-mask")),
-        *(f"legacy softmax {v}" for v in ("causal", "padding", "no-mask")),
-        "core LayerNorm", "core LayerNorm zero-centered", "legacy LayerNorm", "legacy LayerNorm zero-centered",
-        "core RMSNorm", "RoPE apply", "RoPE frequencies", "optimizer Adam step", "optimizer SGD step",
-        "grad-accum fusion ColumnParallelLinear", "grad-accum fusion linear_with_grad_accumulation",
-        "grad-norm clipping"])
-    assert [(run.name, run.args) for run in profile.train.runs] == [
-        ("legacy", ()), ("mcore", ("--use-mcore-models", "--transformer-impl", "local"))]
-    assert profile.train.script == "pretrain_gpt.py"
 
 
 def test_profile_round_trips_through_the_child_config(tmp_path):
@@ -103,12 +86,12 @@ def test_duplicate_runs_and_unknown_ops_hint_the_known_names(tmp_path):
         load_profile(release_dir(tmp_path, doubled, "a"))
     with pytest.raises(InvalidInput) as caught:
         load_profile(release_dir(tmp_path, VALID.replace("rope]", "ropes]"), "b"))
-    assert "core-grad-norm-clipping" in caught.value.hint and "legacy-softmax" in caught.value.hint
+    assert "core-grad-norm-clipping" in caught.value.hint and "mixed-fused-layernorm" in caught.value.hint
 
 
 def test_release_without_profile_skips_import_ops_and_train_saying_why(tmp_path):
     directory = release_dir(tmp_path, "validated: []\n")
-    shutil.copy(RELEASE_0_5_0 / "series.yaml", directory / "series.yaml")
+    shutil.copy(A_RELEASE / "series.yaml", directory / "series.yaml")
     tree = tmp_path / "tree"
     (tree / "megatron" / "core").mkdir(parents=True)
     (tree / "megatron" / "core" / "__init__.py").write_text("raise SystemExit('must not be imported')\n")
@@ -135,7 +118,7 @@ def test_bad_profile_stops_smoke_before_any_stage(tmp_path):
     from rocmpatch.cli import app
 
     directory = release_dir(tmp_path, VALID.replace("rope]", "flash]"))
-    shutil.copy(RELEASE_0_5_0 / "series.yaml", directory / "series.yaml")
+    shutil.copy(A_RELEASE / "series.yaml", directory / "series.yaml")
     tree = tmp_path / "tree"
     (tree / "megatron" / "core").mkdir(parents=True)
     (tree / "megatron" / "core" / "__init__.py").write_text("")
@@ -143,3 +126,42 @@ def test_bad_profile_stops_smoke_before_any_stage(tmp_path):
     assert result.exit_code == 3, result.output
     assert "release.yaml:6: smoke.ops[1]: unknown op check 'flash'" in result.output
     assert "smoke: environment" not in result.output
+
+
+KIND_ENTRY = """\
+  - name: old-softmax
+    kind: softmax
+    label: old
+    module: megatron.model.fused_softmax
+    enums: megatron.model.enums
+    variants: [causal, no-mask]
+"""
+
+
+def with_kind_entry(entry: str = KIND_ENTRY) -> str:
+    return VALID.replace("  ops: [core-softmax, rope]\n", "  ops:\n  - core-softmax\n" + entry)
+
+
+def test_a_release_specific_check_is_data_for_a_kind_of_check(tmp_path):
+    profile = load_profile(release_dir(tmp_path, with_kind_entry()))
+    assert profile.ops[1] == {"name": "old-softmax", "kind": "softmax", "module": "megatron.model.fused_softmax",
+                              "label": "old", "enums": "megatron.model.enums", "variants": ["causal", "no-mask"]}
+    assert SmokeProfile.from_config(profile.to_config()) == profile
+    checks = op_checks.checks(profile.ops)
+    assert [(c.name, c.module_path) for c in checks[-2:]] == [
+        ("old softmax causal", "megatron/model/fused_softmax.py"), ("old softmax no-mask", "megatron/model/fused_softmax.py")]
+
+
+@pytest.mark.parametrize("old, new, where, message", [
+    ("kind: softmax", "kind: flash", ":9: smoke.ops[1].kind", "unknown kind 'flash'"),
+    ("    enums: megatron.model.enums\n", "", ":8: smoke.ops[1].enums", "kind softmax needs enums:"),
+    ("[causal, no-mask]", "[causal, sideways]", ":13: smoke.ops[1].variants[1]", "'sideways' is not a variant of kind softmax"),
+    ("name: old-softmax", "name: rope", ":8: smoke.ops[1].name", "'rope' is a REGISTRY check already"),
+    ("module: megatron.model.fused_softmax", "module: megatron/model", ":11: smoke.ops[1].module", "is not a valid module name"),
+])
+def test_a_bad_kind_entry_names_file_line_and_key(tmp_path, old, new, where, message):
+    directory = release_dir(tmp_path, with_kind_entry(KIND_ENTRY.replace(old, new)))
+    with pytest.raises(InvalidInput) as caught:
+        load_profile(directory)
+    assert str(caught.value).startswith(f"{directory / 'release.yaml'}{where}: "), str(caught.value)
+    assert message in str(caught.value)

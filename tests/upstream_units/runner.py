@@ -1,7 +1,8 @@
 """Upstream's own tests/unit_tests, run on CPU against a patched tree and against the baseline.
 
 The baseline is the pinned tree with only the release's import patches (those without which
-upstream's tests cannot even be collected: PROFILES[release].baseline, applied in series order).
+upstream's tests cannot even be collected: profiles()[release].baseline, from the release's
+release.yaml `upstream-tests:`, applied in series order).
 The series tree has every patch. Both are written from a Megatron-LM mirror by rocmpatch's own applier, and each is tested the
 same way: `python -m pytest -p megatron_on_cpu` in the tree (world size 1, gloo, no network; the
 plugin is this folder's megatron_on_cpu.py, no test file edited), one JSON line per test phase in a
@@ -15,6 +16,7 @@ bench/upstream_unit_tests.py (the whole suite, a long run) and tests/upstream_un
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -30,19 +32,7 @@ ROOT = HERE.parents[1]
 OUTCOMES = ("passed", "failed", "error", "skipped", "crashed")
 
 
-@dataclass(frozen=True)
-class Profile:
-    """How one release's upstream tests are run."""
-
-    baseline: tuple[str, ...]  # the patches of the baseline tree (by name): the import patches
-    subset: tuple[str, ...]  # paths under the tree the full-tree test runs (minutes, not hours)
-    block: tuple[str, ...] = ()  # NVIDIA-only modules refused even where installed
-    tests_dir: str = "tests/unit_tests"
-    note: str = ""  # what the baseline means for this release
-
-    def requirements(self, release: str) -> Path:
-        return HERE / f"requirements-{release}.txt"
-
+REQUIREMENTS_FILE = "upstream-tests-requirements.txt"  # beside release.yaml: what upstream's tests import on CPU
 
 NVIDIA_ONLY = (
     "transformer_engine", "transformer_engine_torch", "transformer_engine_extensions", "apex", "amp_C",
@@ -52,32 +42,32 @@ NVIDIA_ONLY = (
     "mamba_ssm", "causal_conv1d", "nvidia_resiliency_ext", "modelopt", "deep_ep", "flashinfer",
 )
 
-PROFILES = {
-    "core_v0.19.0": Profile(
-        baseline=("triton-optional", "typing-override"),
-        subset=(
-            "tests/unit_tests/training/models",
-            "tests/unit_tests/tensor_parallel",
-            "tests/unit_tests/fusions",
-            "tests/unit_tests/test_checkpointing.py",
-            "tests/unit_tests/transformer/test_attention.py",
-            "tests/unit_tests/models/test_clip_vit_model.py",
-            "tests/unit_tests/models/test_llava_model.py",
-            "tests/unit_tests/models/test_t5_model.py",
-        ),
-        block=NVIDIA_ONLY,
-        note="without them upstream's conftest does not import: No module named 'triton', "
-             "cannot import name 'override' from 'typing'",
-    ),
-    "core_v0.5.0": Profile(
-        # not the first patches: 0001-0005 replace kernels and change defaults, which is what is checked
-        baseline=("te-optional", "pkg-resources"),
-        subset=("tests/unit_tests",),  # the whole suite: about 140 tests
-        block=NVIDIA_ONLY,
-        note="without them megatron.core does not import: No module named 'transformer_engine', "
-             "No module named 'pkg_resources'",
-    ),
-}
+
+@dataclass(frozen=True)
+class Profile:
+    """How one release's upstream tests are run (its release.yaml `upstream-tests:`)."""
+
+    baseline: tuple[str, ...]  # the patches of the baseline tree (by name): the import patches
+    subset: tuple[str, ...]  # paths under the tree the full-tree test runs (minutes, not hours)
+    note: str  # what the baseline means for this release
+    requirements: Path  # the release folder's upstream-tests-requirements.txt
+    block: tuple[str, ...] = NVIDIA_ONLY  # NVIDIA-only modules refused even where installed
+    tests_dir: str = "tests/unit_tests"
+
+
+@functools.cache
+def profiles() -> dict[str, Profile]:
+    """Every release (of the checkout's patchsets/) whose release.yaml says how its upstream tests run."""
+    from rocmpatch.series import find_patchsets
+
+    patchsets = find_patchsets()[0]
+    found = {}
+    for release in patchsets.releases():
+        location = patchsets.location(release)
+        tests = location.info.upstream_tests
+        if tests is not None:
+            found[release] = Profile(tests.baseline, tests.subset, tests.note, location.series_dir / REQUIREMENTS_FILE)
+    return found
 
 
 @dataclass
@@ -130,7 +120,7 @@ def missing_requirements(release: str) -> list[str]:
     from importlib import metadata
 
     missing = []
-    for line in PROFILES[release].requirements(release).read_text().splitlines():
+    for line in profiles()[release].requirements.read_text().splitlines():
         name = line.split("#")[0].strip()
         if name:
             try:
