@@ -1,12 +1,14 @@
-"""core_v0.19.0 DotProductAttention: torch SDPA (the default with patch sdpa-attention) against the
-explicit path (--attention-backend unfused), one causal training step (forward + backward), batch 1.
+"""DotProductAttention: torch SDPA (the default with patch sdpa-attention) against the explicit path
+(--attention-backend unfused), one causal training step (forward + backward), batch 1.
 
-    python bench/bench_attention.py [--tree DIR] [--seq 2048 4096 8192] [--heads 2] [--head-dim 64]
-                                    [--dtype fp32|bf16] [--device cpu|cuda] [--repeat 2]
+    python bench/bench_attention.py [--tree DIR] [--release NAME] [--seq 2048 4096 8192] [--heads 2]
+                                    [--head-dim 64] [--dtype fp32|bf16] [--device cpu|cuda] [--repeat 2]
 
---tree: a Megatron-LM tree with the core_v0.19.0 series applied (`rocmpatch apply --target DIR`);
-without it, megatron/ of the megatron-core 0.19.1 wheel (tests/megatron_wheel.py) with the series
-applied through sdpa-attention, written to a temporary directory.
+--release: whose attention harness runs (tests/series/<release>/attention_checks.py); default the
+--tree's own release (from its history), else the default release. --tree: a Megatron-LM tree with
+that series applied (`rocmpatch apply --target DIR`); without it, megatron/ of the release's test
+wheel (release.yaml `wheel:`, tests/megatron_wheel.py) with the series applied through
+sdpa-attention, written to a temporary directory.
 Each (sequence, path) point runs in its own child process. Time: best of --repeat steps after one
 warm-up step. Peak memory: on a GPU torch.cuda.max_memory_allocated during the warm-up step; on
 the CPU the growth of the process's peak RSS during it (VmHWM, reset through /proc/self/clear_refs;
@@ -31,20 +33,34 @@ ROOT = Path(__file__).resolve().parents[1]
 PATHS = (("sdpa", "auto"), ("explicit", "unfused"))
 
 
-def build_tree(dest: Path) -> Path:
-    sys.path.insert(0, str(ROOT))
-    from tests.series.trees import apply_series, read_from_mapping
-    from tests.megatron_wheel import megatron_core_files
-    from tests.series.core_v0_19_0.test_attention import (
-        PATCH,
-        RELEASE,
-        series_through,
-        wheel_part,
-    )
-    from tests.series.trees import write_files
+def harness(release: str, module: str):
+    """tests/series/<release>/<module>.py: the release's attention harness."""
+    import importlib
 
-    files = megatron_core_files(RELEASE)
-    changes = apply_series([wheel_part(p, files) for p in series_through(PATCH)], read_from_mapping(files))
+    sys.path.insert(0, str(ROOT))
+    name = f"tests.series.{release.replace('.', '_').replace('-', '_')}.{module}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise SystemExit(f"release {release} has no attention harness ({name}: {exc})") from None
+
+
+def release_of(tree: Path | None, asked: str | None) -> str:
+    """--release, else the release `tree`'s history is based on, else the default (as rocmpatch chooses)."""
+    sys.path.insert(0, str(ROOT))
+    from rocmpatch.releases import choose
+
+    return choose(None, asked, target=tree).release
+
+
+def build_tree(dest: Path, release: str) -> Path:
+    from tests.megatron_wheel import megatron_core_files
+    from tests.series.trees import apply_series, read_from_mapping, write_files
+
+    attention = harness(release, "test_attention")
+    files = megatron_core_files(release)
+    changes = apply_series([attention.wheel_part(p, files) for p in attention.series_through(attention.PATCH)],
+                           read_from_mapping(files))
     return write_files(dest, {**files, **changes})
 
 
@@ -70,7 +86,7 @@ def child(args: argparse.Namespace) -> None:
     """One point: prints {"seconds": ..., "peak_bytes": ..., "memory": how}."""
     sys.path[:0] = [str(args.tree), str(ROOT)]
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    from tests.series.core_v0_19_0 import attention_checks as checks
+    checks = harness(args.release, "attention_checks")
 
     checks.stub_unguarded_triton()
     with tempfile.TemporaryDirectory() as work:
@@ -114,7 +130,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_point(args: argparse.Namespace, tree: Path, seq: int, backend: str) -> dict:
-    command = [sys.executable, __file__, "--child", "--tree", str(tree), "--seq-one", str(seq), "--backend", backend,
+    command = [sys.executable, __file__, "--child", "--tree", str(tree), "--release", args.release,
+               "--seq-one", str(seq), "--backend", backend,
                "--heads", str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
                "--device", args.device, "--repeat", str(args.repeat)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -134,6 +151,7 @@ def mib(n: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path)
+    parser.add_argument("--release", default=None, help="the release whose harness runs (default: the tree's, else the default)")
     parser.add_argument("--seq", type=int, nargs="+", default=[2048, 4096, 8192])
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=64)
@@ -148,10 +166,11 @@ def main() -> None:
         child(args)
         return
 
+    args.release = release_of(args.tree, args.release)
     with tempfile.TemporaryDirectory() as scratch:
-        tree = args.tree or build_tree(Path(scratch) / "tree")
+        tree = args.tree or build_tree(Path(scratch) / "tree", args.release)
         itemsize = 2 if args.dtype == "bf16" else 4
-        print(f"DotProductAttention core_v0.19.0, causal, batch 1, {args.heads} heads x {args.head_dim}, "
+        print(f"DotProductAttention {args.release}, causal, batch 1, {args.heads} heads x {args.head_dim}, "
               f"{args.dtype}, {args.device}, forward+backward, best of {args.repeat}")
         print(f"{'seq':>6} {'scores MiB':>10} {'sdpa s':>8} {'expl s':>8} {'time x':>7} "
               f"{'sdpa MiB':>8} {'expl MiB':>8} {'mem x':>7}  memory measured as")

@@ -4,7 +4,7 @@ fast flags, one process over gloo, bf16, distributed optimizer, three iterations
 
     python bench/memory_estimate.py --target DIR [--configs A B C D E]
 
---target: a Megatron-LM tree with the core_v0.19.0 series applied (`rocmpatch apply`); upstream's
+--target: a Megatron-LM tree with its release's series applied (`rocmpatch apply`); upstream's
 theoretical_memory_usage.py is read from it. Peak: the live CPU tensor bytes summed from the torch
 profiler's memory events over the whole run (bench/pretrain_probe.py), i.e. what the allocator held
 for tensors, not the process's RSS. Prints the ratio; asserts nothing; not in CI.

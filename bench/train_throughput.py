@@ -1,9 +1,9 @@
-"""Training throughput of the patched core_v0.19.0 tree: tokens/s, TFLOP/s and MFU per GPU, peak memory
+"""Training throughput of a patched tree: tokens/s, TFLOP/s and MFU per GPU, peak memory
 against rocmpatch's estimate, and the attention kernels the profiler saw, for the fast path (the
 llama3-8b recipe's flags: SDPA causal by flag, fusions, fused AdamW) and the explicit attention path
 (--attention-backend unfused) side by side. One command, written to one JSON file:
 
-    python bench/train_throughput.py --target DIR [--device auto|cuda|cpu] [--out result.json]
+    python bench/train_throughput.py --target DIR [--release NAME] [--device auto|cuda|cpu] [--out result.json]
                                      [--layers auto|N] [--steps N] [--skip-smoke] [--baseline-tree DIR] [--rounds N]
 
 On a GPU (ROCm or CUDA): `rocmpatch smoke` on the GPU first (--skip-smoke to leave it out), then
@@ -86,10 +86,11 @@ def _with_layers(shape: Shape, layers: int) -> Shape:
     return dataclasses.replace(shape, name=f"{shape.name} ({layers} layers)", layers=layers)
 
 
-def run_smoke(tree: Path, out_dir: Path) -> dict:
-    """`rocmpatch smoke` on the GPU (tiny training runs of 2 iterations): its JSON report, or why not."""
+def run_smoke(tree: Path, out_dir: Path, release: str | None) -> dict:
+    """`rocmpatch smoke` on the GPU (tiny training runs of 2 iterations): its JSON report, or why not.
+    The release is `release`, else the tree's own (from its history), else the default: smoke chooses."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROCMPATCH_SERIES_DIR": str(ROOT / "patchsets")}
-    command = [sys.executable, "-m", "rocmpatch", "smoke", "--target", str(tree), "--release", "core_v0.19.0",
+    command = [sys.executable, "-m", "rocmpatch", "smoke", "--target", str(tree), *(["--release", release] if release else []),
                "--train-iters", "2", "--json"]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=420, check=False)
@@ -101,7 +102,7 @@ def run_smoke(tree: Path, out_dir: Path) -> dict:
     except json.JSONDecodeError:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"ok": False, "detail": f"smoke did not run: {last} (smoke needs click, rich and pyyaml; or pass --skip-smoke)"}
-    return {"ok": bool(report.get("ok")), "stages": {s["name"]: {"status": s["status"], "detail": s.get("detail", "")}
+    return {"ok": bool(report.get("ok")), "release": report.get("release"), "stages": {s["name"]: {"status": s["status"], "detail": s.get("detail", "")}
                                                      for s in report.get("stages", [])}}
 
 
@@ -198,6 +199,7 @@ def combine(runs: list[dict]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, required=True, help="the patched tree (megatron/ and pretrain_gpt.py)")
+    parser.add_argument("--release", default=None, help="the tree's release, for smoke (default: the tree's own, else the default release)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--out", type=Path, default=Path("train_throughput.json"))
     parser.add_argument("--layers", default="auto")
@@ -224,7 +226,7 @@ def main() -> int:
         work = Path(scratch)
         if device == "cuda" and not args.skip_smoke:
             print("smoke on the GPU ...", flush=True)
-            report["smoke"] = run_smoke(tree, work)
+            report["smoke"] = run_smoke(tree, work, args.release)
             print(f"smoke: {'passed' if report['smoke']['ok'] else 'FAILED'}", flush=True)
         paths = paths_to_train(tree, device, gpu, args.baseline_tree, args.skip_context_parallel)
         cp_throughput = "cp2" in paths

@@ -146,7 +146,8 @@ def _text(output: bytes | str | None) -> str:
 def estimate_for(shape: Shape, flags: list[str], tree: Path, device: str, gpus: int = 1):
     """rocmpatch's estimate (rocmpatch/recipes/memory.py) of this run's memory per GPU on `gpus`
     GPUs, with upstream's model read from the tree."""
-    from rocmpatch.recipes.memory import estimate, upstream_model
+    from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_model
 
-    return estimate(shape.recipe_args(flags), shape.vocab, gpus, upstream=upstream_model("core_v0.19.0", tree),
-                    device="cpu" if device == "cpu" else "gpu")
+    path = tree / UPSTREAM_MODEL
+    upstream = load_upstream_model(path.read_bytes(), str(path)) if path.is_file() else None
+    return estimate(shape.recipe_args(flags), shape.vocab, gpus, upstream=upstream, device="cpu" if device == "cpu" else "gpu")

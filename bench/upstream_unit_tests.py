@@ -1,18 +1,19 @@
 """Upstream's own tests/unit_tests on CPU: the whole series against the import patches only.
 
     ROCMPATCH_TEST_UPSTREAM=<git mirror of NVIDIA/Megatron-LM> python bench/upstream_unit_tests.py \\
-        [--release core_v0.19.0] [--baseline-patches N | NAME,NAME] [--target DIR] [--paths tests/unit_tests/models,...] \\
+        [--release NAME] [--baseline-patches N | NAME,NAME] [--target DIR] [--paths tests/unit_tests/models,...] \\
         [--workdir DIR] [--jobs 2] [--depth 1] [--json FILE]
 
 Writes two trees from the mirror into the work folder: the pin with the baseline's patches (by
-default the release's import patches, tests/upstream_units/runner.py PROFILES; --baseline-patches
+default the release's import patches, its release.yaml `upstream-tests:`; --baseline-patches
 takes the first N, or names) and the pin
 with the whole series (or tests --target, an existing patched checkout, instead). Runs upstream's
 tests in each with tests/upstream_units/megatron_on_cpu.py (world size 1, gloo, no network; no
 upstream file edited), then prints per folder passed/failed/skipped/crashed on each tree, the tests
 the series unlocks, and every regression (passed on the baseline, not with the series). Exit 1 when
 there is a regression. The trees' Python requirements come from
-tests/upstream_units/requirements-<release>.txt (pip install -r it first).
+patchsets/<release>/upstream-tests-requirements.txt (pip install -r it first). --release: default
+the --target's own release (from its history), else the default release.
 
 The whole suite is long (core_v0.19.0: about 8,600 tests; see docs/validation.md for the time it
 took on a 2-core machine); --paths runs part of it. --jobs 2 runs both trees at once.
@@ -37,7 +38,7 @@ from tests.upstream_units import runner  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--release", default="core_v0.19.0", choices=sorted(runner.PROFILES))
+    parser.add_argument("--release", default=None, choices=sorted(runner.profiles()))
     parser.add_argument("--baseline-patches", default=None, help="the baseline's patches: the first N, or comma-separated names (default: the release's import patches)")
     parser.add_argument("--target", type=Path, default=None, help="test this patched checkout instead of writing the whole series from the mirror")
     parser.add_argument("--paths", default=None, help="comma-separated paths in the tree (default: the whole tests dir)")
@@ -51,10 +52,16 @@ def main() -> int:
     if not mirror:
         print("set ROCMPATCH_TEST_UPSTREAM to a git mirror of NVIDIA/Megatron-LM", file=sys.stderr)
         return 2
-    profile = runner.PROFILES[args.release]
+    from rocmpatch.releases import choose
+
+    args.release = choose(None, args.release, target=args.target).release
+    if args.release not in runner.profiles():
+        print(f"release {args.release} has no upstream-tests: in its release.yaml", file=sys.stderr)
+        return 2
+    profile = runner.profiles()[args.release]
     missing = runner.missing_requirements(args.release)
     if missing:
-        print(f"not installed: {', '.join(missing)}: pip install -r {profile.requirements(args.release).relative_to(ROOT)}", file=sys.stderr)
+        print(f"not installed: {', '.join(missing)}: pip install -r {profile.requirements.relative_to(ROOT)}", file=sys.stderr)
         return 2
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="rocmpatch-units-"))).absolute()
     names = runner.patch_names(args.release)

@@ -9,7 +9,7 @@ from rocmpatch.schema import load_lock_file, load_series
 def test_ref_where_commit_belongs(project):
     text = project.lock_path.read_text()
     commit = text.split("commit: ")[1].split()[0]
-    project.lock_path.write_text(text.replace(commit, "core_v0.5.0"))
+    project.lock_path.write_text(text.replace(commit, "v1.0"))  # a tag where the commit id belongs
     with pytest.raises(InvalidInput, match=r"upstream.lock:\d+: releases.test_v1.upstream.commit: expected a full 40-hex commit id"):
         load_lock_file(project.lock_path)
 

@@ -132,7 +132,7 @@ def _gpu_part(machine: Machine, b: _Builder) -> None:
                     "HIP ignores it; only for a Megatron-LM tree without rocmpatch's series, whose validate_args asserts it "
                     "is 1 with tensor or context parallelism because ROCm GPUs report an arch major of 9 "
                     "(the series' cuda-device-max-connections patch limits that rule to CUDA builds)",
-                    f"upstream megatron/training/arguments.py; rocmpatch core_v0.19.0 0009; {PRIMUS}")
+                    f"upstream megatron/training/arguments.py; rocmpatch's cuda-device-max-connections patch; {PRIMUS}")
         radeon = [a for a in archs if a.startswith(RADEON_PREFIXES)]
         if radeon:
             b.recommend(AOTRITON_EXPERIMENTAL, "1",
@@ -156,7 +156,7 @@ def _gpu_part(machine: Machine, b: _Builder) -> None:
         pre_blackwell = [a for a in archs if a.startswith("sm_") and a[3:].isdigit() and int(a[3:]) < 100]
         if pre_blackwell:
             b.recommend("CUDA_DEVICE_MAX_CONNECTIONS", "1",
-                        "one CUDA work queue keeps a tensor-parallel collective launched before the GEMM it overlaps; core_v0.19.0 asserts it before Blackwell (sm_100)",
+                        "one CUDA work queue keeps a tensor-parallel collective launched before the GEMM it overlaps; Megatron-LM asserts it before Blackwell (sm_100)",
                         "upstream megatron/training/arguments.py")
     for name, why in FOLKLORE.items():
         if name in b.environ:

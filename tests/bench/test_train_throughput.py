@@ -1,11 +1,12 @@
 """bench/train_throughput.py, the one training benchmark: its flags are the recipe's, and on the CPU (the
 tiny shape) it trains both paths, runs the context-parallel exactness check (CP 2 against CP 1) and
 writes its JSON. The CPU run needs upstream's pretrain_gpt.py (the full tree of the mirror,
-ROCMPATCH_TEST_UPSTREAM); the GPU run is documented in docs/validation.md."""
+ROCMPATCH_TEST_UPSTREAM), the default release's patched tree; the GPU run is documented in docs/validation.md."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,6 @@ import pytest
 
 from rocmpatch.recipes.catalog import find
 from tests.recipes.test_recipe_trains import SCALED_AWAY
-from tests.series.core_v0_19_0.test_training import tree019  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -77,9 +77,27 @@ def test_exactness_verdict_needs_every_iteration_within_1e_4():
 
 
 @pytest.mark.upstream
-def test_cpu_run_writes_both_paths(tree019, tmp_path):  # noqa: F811 (the full tree, from test_training)
+@pytest.fixture(scope="session")
+def default_tree(upstream_mirror, tmp_path_factory) -> Path:
+    """The default release's pinned tree of the mirror with its whole series applied, on disk (the bench's
+    flags are the recipes', which fit the default release)."""
+    from rocmpatch.releases import choose
+    from tests.upstream_units.runner import write_tree
+
+    if any(shutil.which(tool) is None for tool in ("make", "g++")):
+        pytest.skip("pretrain_gpt.py builds the dataset helpers with make and g++")
+    pytest.importorskip("pybind11")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this run checks the CPU path; this machine has a GPU")
+    release = choose(None, None).release
+    return write_tree(upstream_mirror, release, tmp_path_factory.mktemp("default-patched"), None)
+
+
+def test_cpu_run_writes_both_paths(default_tree, tmp_path):
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--target", str(tree019),
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--target", str(default_tree),
                            "--device", "cpu", "--steps", "3", "--out", str(out)],
                           capture_output=True, text=True, timeout=1500, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

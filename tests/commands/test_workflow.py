@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -49,9 +52,20 @@ def test_workflow_commands_against_a_throwaway_upstream(tmp_path, monkeypatch):
     assert summary.read_text() == report
 
 
-def test_the_matrix_has_one_job_per_release_folder():
+def test_the_matrix_has_one_job_per_release_folder(tmp_path):
+    """The matrix is what the listing step prints: run it (rocmpatch of this Python's environment)."""
     data = yaml.safe_load(WORKFLOW.read_text())
     job = data["jobs"]["drift"]
     assert job["env"]["ROCMPATCH_RELEASE"] == "${{ matrix.release }}"
+    assert job["needs"] == "releases"
+    assert job["strategy"]["matrix"]["release"] == "${{ fromJSON(needs.releases.outputs.names) }}"
+    listing = data["jobs"]["releases"]
+    assert listing["outputs"]["names"] == "${{ steps.list.outputs.names }}"
+    step = next(s for s in listing["steps"] if s.get("id") == "list")
+    output = tmp_path / "github_output"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMPATCH_")}
+    env.update(GITHUB_OUTPUT=str(output), PATH=f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin")
+    subprocess.run(["bash", "-e", "-c", step["run"]], check=True, cwd=tmp_path, env=env, timeout=120)
+    name, _, value = output.read_text().strip().partition("=")
     folders = sorted(p.parent.name for p in (WORKFLOW.parents[2] / "patchsets").glob("*/series.yaml"))
-    assert sorted(job["strategy"]["matrix"]["release"]) == folders
+    assert name == "names" and sorted(json.loads(value)) == folders
