@@ -10,6 +10,7 @@ The whole API:
 
     load(path, reader)      reader.read(the document's root node)
     read_document(path)     the root Node (an empty file is an error)
+    where(path, line, key)  the "FILE:LINE: KEY" an error starts with, for one raised without a Node
 
     Node                    a value with its place: .value (a scalar's text, list[Node], or
                             dict[str, Node]), .line, .key (the key path: "series[0].name"), .path,

@@ -76,7 +76,6 @@ def test_exactness_verdict_needs_every_iteration_within_1e_4():
     assert not missing["ok"] and missing["max_relative_difference"] is None
 
 
-@pytest.mark.upstream
 @pytest.fixture(scope="session")
 def default_tree(upstream_mirror, tmp_path_factory) -> Path:
     """The default release's pinned tree of the mirror with its whole series applied, on disk (the bench's
@@ -95,6 +94,7 @@ def default_tree(upstream_mirror, tmp_path_factory) -> Path:
     return write_tree(upstream_mirror, release, tmp_path_factory.mktemp("default-patched"), None)
 
 
+@pytest.mark.upstream
 def test_cpu_run_writes_both_paths(default_tree, tmp_path):
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--target", str(default_tree),
