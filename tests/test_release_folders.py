@@ -103,7 +103,11 @@ CODE = (".py", ".sh", ".yml", ".yaml")
 # shrinks: a file here that no longer names one fails the test, so it is taken off).
 PENDING = {
     "rocmpatch/commands/drift.py": "--range's help example is an upstream tag (launch-and-inputs owns the command)",
+    "rocmpatch/recipes/fit.py": "error examples of a recipe's releases: (launch-and-inputs owns recipes)",
+    "rocmpatch/recipes/schema.py": "error examples of a recipe's releases: (launch-and-inputs owns recipes)",
+    "tests/recipes/test_launch_other_release.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_launch_release.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
+    "tests/recipes/test_recipe_file.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_recipe_trains.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_recipes.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_upstream_args.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
@@ -121,7 +125,7 @@ def release_names() -> re.Pattern:
 def exempt(relative: str) -> bool:
     """tests/series/<release>/ (one release's own tests, until one harness serves every release) and
     the recipes, data that says which releases each fits."""
-    return bool(re.match(r"tests/series/[^/]+/", relative)) or relative.startswith("rocmpatch/recipes/")
+    return bool(re.match(r"tests/series/[^/]+/", relative) or re.fullmatch(r"rocmpatch/recipes/[^/]+\.yaml", relative))
 
 
 def python_code(text: str):
