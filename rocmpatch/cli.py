@@ -33,7 +33,7 @@ class OneLineUsageError(click.UsageError):
                 getattr(p, "nargs", 1) == -1 and p.type is click.UNPROCESSED for p in ctx.command.params):
             tip = f"Megatron's own flags go after `--`; {tip}"
         message = self.format_message().rstrip(".")
-        click.echo(f"rocmpatch: error: {where + ': ' if where else ''}{message} ({tip})", file=file or click.get_text_stream("stderr"))
+        click.echo(f"rocmpatch: error: {where + ': ' if where else ''}{message} ({tip})", file=file, err=file is None)
 
 
 class _OneLineUsage:
