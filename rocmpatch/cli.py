@@ -314,7 +314,7 @@ def env(as_json, export) -> None:
 
 
 @app.command()
-@gpus_per_node_option("every visible GPU with --run, else 8")
+@gpus_per_node_option("every GPU torch sees here; without any: 2 CPU processes, or 8 with --nodes/--slurm")
 @nodes_option
 @click.option("--slurm", is_flag=True, help="Print the `srun torchrun` line for a Slurm allocation.")
 @click.option("--run", "launch", is_flag=True, help="Start it on this node now (torchrun --standalone) instead of printing the line.")

@@ -114,6 +114,8 @@ def render(plan: Plan, results: list[StageResult]) -> None:
                       Text(result.detail))
     out.print(table)
     for result in results:
+        if result.status == "failed" and result.extra.get("hint"):
+            err.print(f"smoke: {result.name}: hint: {result.extra['hint']}", markup=False)
         lines = result.extra.get("last_output") or []
         if result.status == "failed" and lines:
             err.print(f"last output of {result.name}:", markup=False)
