@@ -70,6 +70,8 @@ def summary(prepared: Prepared) -> list[str]:
     if prepared.trained:
         lines.append(f"tokenizer: {prepared.tokenizer}, a byte-level BPE of {prepared.vocab_size} tokens trained on this corpus "
                      "(a Hugging Face folder, with vocab.json and merges.txt)")
+    elif prepared.vocab_size:
+        lines.append(f"tokenizer: {prepared.tokenizer} ({prepared.vocab_size} tokens, loaded offline)")
     tokenizer = shlex.quote(prepared.tokenizer)
     if prepared.tokenizer_type == HF_TYPE:
         lines.append(f"for rocmpatch recipe launch: --data-path {data} --tokenizer {tokenizer}")

@@ -24,6 +24,7 @@ from rocmpatch.data import tokenizer as tokenizers
 from rocmpatch.data.idx import IndexSummary, check_pair
 from rocmpatch.data.tokenizer import GPT2_TYPE, HF_TYPE, OFFLINE, TokenizerChoice
 from rocmpatch.errors import CheckFailed, EnvironmentProblem, InvalidInput, UsageError
+from rocmpatch.processes import interruption_point
 
 TEXT_KEY = "text"  # the key of the JSON lines handed to preprocess_data.py
 DOCUMENT_SUFFIX = f"_{TEXT_KEY}_document"  # what preprocess_data.py appends: PREFIX_text_document.bin
@@ -139,21 +140,7 @@ def prepare(request: Request, progress: Progress) -> Prepared:
         count, empty = _write_corpus(plan, corpus, progress, checks.poll)
         abilities, answer = checks.finish()
         kind = abilities.tokenizer_type()
-        if kind == HF_TYPE and choice.kind != tokenizers.TRAIN:
-            if answer is None:
-                raise tokenizers.transformers_missing(choice.value)
-            if isinstance(answer, str):
-                tokenizers.refuse_unloadable(choice, answer)
-        if kind == HF_TYPE and choice.kind == tokenizers.TRAIN and not _importable("transformers"):
-            raise EnvironmentProblem("the tree loads the trained tokenizer with transformers (its HuggingFaceTokenizer), which is not installed: pip install transformers")
-        loaded = answer if isinstance(answer, tokenizers.Loaded) else None
-        gpt2 = None
-        if kind == GPT2_TYPE and choice.kind != tokenizers.TRAIN:
-            folder = Path(choice.value) if choice.kind == tokenizers.FOLDER else (loaded.folder if loaded else None)
-            if folder is None:
-                raise InvalidInput(choice.value, "this tree takes GPT2BPETokenizer only, and the files of this cache entry were not found",
-                                   hint="give --tokenizer a folder holding vocab.json and merges.txt, or --train-tokenizer")
-            gpt2 = tokenizers.gpt2_files(folder, choice.value)
+        loaded, gpt2 = _tokenizer_for(kind, choice, answer)
 
         vocab_size = loaded.vocab_size if loaded else None
         tokenizer_value = choice.value
@@ -165,15 +152,8 @@ def prepare(request: Request, progress: Progress) -> Prepared:
             gpt2 = (staged_tokenizer / "vocab.json", staged_tokenizer / "merges.txt") if kind == GPT2_TYPE else None
 
         workers = request.workers or max(1, min(os.cpu_count() or 1, MAX_WORKERS, count // 1000 + 1))
-        args = ["--input", str(corpus), "--json-keys", TEXT_KEY, "--output-prefix", str(work / "out"),
-                "--workers", str(workers), "--append-eod", "--tokenizer-type", kind]
-        if kind == HF_TYPE:  # the child runs in the work folder: a local folder goes by its absolute path
-            model = staged_tokenizer or (Path(tokenizer_value).absolute() if choice.kind == tokenizers.FOLDER else tokenizer_value)
-            args += ["--tokenizer-model", str(model)]
-        else:
-            args += ["--vocab-file", str(gpt2[0].absolute()), "--merge-file", str(gpt2[1].absolute())]
-        if "--log-interval" in abilities.flags:
-            args += ["--log-interval", str(max(1, count // PROGRESS_LINES))]
+        args = _child_args(kind, abilities, choice, corpus=corpus, prefix=work / "out", workers=workers, documents=count,
+                           model=staged_tokenizer, gpt2=gpt2)
         log = _log_path()
         progress.step(f"tokenizing {count} documents with {tree / preprocess.SCRIPT} ({kind}, {workers} worker(s))")
         code, last = preprocess.run(tree, args, workdir=work, log=log, env=OFFLINE,
@@ -183,16 +163,12 @@ def prepare(request: Request, progress: Progress) -> Prepared:
             why = last if code != 0 else f"it exited 0 without writing {staged.idx.name}; its last line: {last}"
             raise CheckFailed(f"{tree / preprocess.SCRIPT} failed: {why}", hint=f"its whole output is in {log}; nothing was written")
         index = check_pair(staged.bin, staged.idx)
+        interruption_point("data-prepare-staged")
         _put_in_place(staged, outputs, work)
     except BaseException:
         if checks is not None:
             checks.stop()
-        shutil.rmtree(work, ignore_errors=True)
-        for folder in reversed(missing_folders):
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        _discard(work, missing_folders)
         raise
     shutil.rmtree(work, ignore_errors=True)
     log.unlink(missing_ok=True)
@@ -205,6 +181,51 @@ def prepare(request: Request, progress: Progress) -> Prepared:
         final_tokenizer = str(folder)
     return Prepared(outputs, index, time.monotonic() - started, kind, final_tokenizer, vocab_size, choice.kind == tokenizers.TRAIN,
                     vocab_file, merge_file, plan.skipped, empty)
+
+
+def _tokenizer_for(kind: str, choice: TokenizerChoice, answer) -> tuple[tokenizers.Loaded | None, tuple[Path, Path] | None]:
+    """What the tree's tokenizer type needs of the given tokenizer: loaded by AutoTokenizer
+    (HuggingFaceTokenizer), or GPT-2's vocab.json and merges.txt (GPT2BPETokenizer)."""
+    if kind == HF_TYPE and choice.kind != tokenizers.TRAIN:
+        if answer is None:
+            raise tokenizers.transformers_missing(choice.value)
+        if isinstance(answer, str):
+            tokenizers.refuse_unloadable(choice, answer)
+    if kind == HF_TYPE and choice.kind == tokenizers.TRAIN and not _importable("transformers"):
+        raise EnvironmentProblem("the tree loads the trained tokenizer with transformers (its HuggingFaceTokenizer), which is not installed: pip install transformers")
+    loaded = answer if isinstance(answer, tokenizers.Loaded) else None
+    if kind != GPT2_TYPE or choice.kind == tokenizers.TRAIN:
+        return loaded, None
+    folder = Path(choice.value) if choice.kind == tokenizers.FOLDER else (loaded.folder if loaded else None)
+    if folder is None:
+        raise InvalidInput(choice.value, "this tree takes GPT2BPETokenizer only, and the files of this cache entry were not found",
+                           hint="give --tokenizer a folder holding vocab.json and merges.txt, or --train-tokenizer")
+    return loaded, tokenizers.gpt2_files(folder, choice.value)
+
+
+def _child_args(kind: str, abilities: preprocess.TreeAbilities, choice: TokenizerChoice, *, corpus: Path, prefix: Path,
+                workers: int, documents: int, model: Path | None, gpt2: tuple[Path, Path] | None) -> list[str]:
+    """preprocess_data.py's flags. The child runs in the work folder: local paths go absolute."""
+    args = ["--input", str(corpus), "--json-keys", TEXT_KEY, "--output-prefix", str(prefix),
+            "--workers", str(workers), "--append-eod", "--tokenizer-type", kind]
+    if kind == HF_TYPE:
+        model = model or (Path(choice.value).absolute() if choice.kind == tokenizers.FOLDER else choice.value)
+        args += ["--tokenizer-model", str(model)]
+    else:
+        args += ["--vocab-file", str(gpt2[0].absolute()), "--merge-file", str(gpt2[1].absolute())]
+    if "--log-interval" in abilities.flags:
+        args += ["--log-interval", str(max(1, documents // PROGRESS_LINES))]
+    return args
+
+
+def _discard(work: Path, made: list[Path]) -> None:
+    """What a failed or interrupted run wrote: the work folder, and the output folders it made."""
+    shutil.rmtree(work, ignore_errors=True)
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 class _Checks:

@@ -43,7 +43,7 @@ if folder is None:
         folder = snapshot_download(name, local_files_only=True)
     except Exception:
         pass
-print({PROBE_MARK!r} + json.dumps({{"vocab_size": len(tokenizer), "eos": tokenizer.eos_token, "folder": folder}}), flush=True)
+print({PROBE_MARK!r} + json.dumps({{"vocab_size": len(tokenizer), "folder": folder}}), flush=True)
 """
 
 
@@ -64,7 +64,6 @@ class Loaded:
     """What the offline load of a Hugging Face tokenizer found."""
 
     vocab_size: int
-    eos: str | None
     folder: Path | None  # where its files are (a hub name's snapshot in the cache)
 
 
@@ -114,7 +113,7 @@ def finish_probe(probe: subprocess.Popen) -> Loaded | str:
     for line in output.splitlines():
         if line.startswith(PROBE_MARK):
             answer = json.loads(line[len(PROBE_MARK):])
-            return Loaded(answer["vocab_size"], answer["eos"], Path(answer["folder"]) if answer["folder"] else None)
+            return Loaded(answer["vocab_size"], Path(answer["folder"]) if answer["folder"] else None)
     return last_error_line(output)
 
 

@@ -227,3 +227,49 @@ def test_progress_reaches_a_pipe_a_line_at_a_time(tmp_path, tree, corpus):
     assert result.returncode == 0, result.stderr
     tokenized = [line for line in result.stderr.splitlines() if line.startswith("data: tokenized ")]
     assert tokenized == [f"data: tokenized {n} of 40 documents" for n in range(2, 41, 2)]
+
+
+def test_ctrl_c_before_the_rename_leaves_nothing(tmp_path, tree, corpus):
+    pytest.importorskip("tokenizers")
+    out = tmp_path / "made" / "docs"
+    result = run_rocmpatch("data", "prepare", str(corpus), "-t", str(tree), "-o", str(out), "--train-tokenizer", timeout=120,
+                           env={"STUB_TOKENIZER_TYPES": GPT2_ONLY, "STUB_RECORD": str(tmp_path / "r.json"),
+                                "ROCMPATCH_TEST_INTERRUPT_AT": "data-prepare-staged"})
+    assert result.returncode == ExitCode.INTERRUPTED, result.stderr
+    assert (tmp_path / "r.json").exists() and not (tmp_path / "made").exists()
+
+
+def cached_hub_tokenizer(hf_home: Path, name: str) -> Path:
+    """A tokenizer in a Hugging Face cache laid out as `hf download` leaves it (refs/main, a snapshot),
+    with GPT-2's files too; nothing is downloaded."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    revision = "0" * 40
+    repo = hf_home / "hub" / f"models--{name.replace('/', '--')}"
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    vocab = {chr(c): i for i, c in enumerate(range(33, 127))} | {"<|endoftext|>": 94}
+    bpe = models.BPE(vocab, [], unk_token="<|endoftext|>")
+    tokenizer = Tokenizer(bpe)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.save(str(snapshot / "tokenizer.json"))
+    bpe.save(str(snapshot))
+    (snapshot / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"}')
+    (repo / ".no_exist" / revision).mkdir(parents=True)  # what an online load records for a file the repository lacks
+    (repo / ".no_exist" / revision / "config.json").write_text("")
+    return snapshot
+
+
+def test_a_hub_name_in_the_local_cache_is_used_offline(tmp_path, tree, corpus):
+    pytest.importorskip("transformers")
+    cached_hub_tokenizer(tmp_path / "hf", "example-org/tiny")
+    out = tmp_path / "d"
+    result = run_rocmpatch("data", "prepare", str(corpus / "a.txt"), "-t", str(tree), "-o", str(out), "--tokenizer", "example-org/tiny",
+                           env={"HF_HOME": str(tmp_path / "hf"), "STUB_RECORD": str(tmp_path / "stub-args.json")}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert stub_args(tmp_path)["--tokenizer-model"] == "example-org/tiny"
+    assert "tokenizer: example-org/tiny (95 tokens, loaded offline)" in result.stdout
+    assert f"for rocmpatch recipe launch: --data-path {out}_text_document --tokenizer example-org/tiny" in result.stdout
