@@ -1,6 +1,6 @@
 """`rocmpatch data prepare` on the real trees, then training on what it wrote: both releases applied
 with `rocmpatch apply` from the mirror (ROCMPATCH_TEST_UPSTREAM), the tree's own Markdown docs as the
-corpus, a byte-level BPE trained on it; core_v0.19.0 tokenizes with HuggingFaceTokenizer and trains
+corpus (core_v0.19.0's, for both), a byte-level BPE trained on it; core_v0.19.0 tokenizes with HuggingFaceTokenizer and trains
 a tiny Llama on two CPU processes, core_v0.5.0 (no HuggingFaceTokenizer) with GPT2BPETokenizer and
 the folder's vocab.json/merges.txt, one process. The index is also read with the tree's own
 IndexedDataset, against the summary the command printed."""
@@ -42,13 +42,16 @@ def trees(upstream_mirror, tmp_path_factory) -> dict[str, Path]:
     return made
 
 
-def corpus(tree: Path) -> list[str]:
-    return sorted(str(p) for p in (tree / "docs").rglob("*.md"))
+def corpus(trees: dict[str, Path]) -> list[str]:
+    """core_v0.19.0's docs: 60 Markdown files (core_v0.5.0 has 2: too few for a validation split,
+    and an empty split makes Megatron count epochs forever)."""
+    return sorted(str(p) for p in (trees["core_v0.19.0"] / "docs").rglob("*.md"))
 
 
-def prepare(tree: Path, output: Path) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+def prepare(trees: dict[str, Path], release: str, output: Path) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     """The command, through a pipe as a log would get it; returns it and its summary's values."""
-    result = run_rocmpatch("data", "prepare", *corpus(tree), "--target", str(tree), "--output", str(output),
+    tree = trees[release]
+    result = run_rocmpatch("data", "prepare", *corpus(trees), "--target", str(tree), "--output", str(output),
                            "--train-tokenizer", "--vocab-size", VOCAB, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     found = re.search(r"^wrote (\S+)\.bin and \.idx: (\d+) documents, (\d+) tokens \((\w+)\)", result.stdout, re.M)
@@ -76,8 +79,8 @@ def test_core_v0_19_0_prepares_with_huggingface_tokenizer_and_trains(trees, tmp_
     from tests.series.core_v0_19_0.test_training import TINY_LLAMA, assert_learns, pretrain_gpt
 
     tree = trees["core_v0.19.0"]
-    result, summary = prepare(tree, tmp_path / "data" / "docs")
-    assert summary["--tokenizer-type"] == "HuggingFaceTokenizer" and summary["documents"] == str(len(corpus(tree)))
+    result, summary = prepare(trees, "core_v0.19.0", tmp_path / "data" / "docs")
+    assert summary["--tokenizer-type"] == "HuggingFaceTokenizer" and summary["documents"] == str(len(corpus(trees)))
     assert f"for rocmpatch recipe launch: --data-path {summary['prefix']} --tokenizer {summary['--tokenizer-model']}" in result.stdout
     assert read_with_the_tree(tree, summary["--data-path"]) == (int(summary["documents"]), int(summary["tokens"]))
     mock = {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "512"}
@@ -92,7 +95,7 @@ def test_core_v0_5_0_prepares_with_gpt2_bpe_and_trains(trees, tmp_path):
 
     tree = trees["core_v0.5.0"]
     needs_dataset_helpers()
-    result, summary = prepare(tree, tmp_path / "docs")
+    result, summary = prepare(trees, "core_v0.5.0", tmp_path / "docs")
     assert summary["--tokenizer-type"] == "GPT2BPETokenizer" and "recipe launch" not in result.stdout
     assert summary["--vocab-file"] == f"{tmp_path}/docs_tokenizer/vocab.json"
     assert read_with_the_tree(tree, summary["--data-path"]) == (int(summary["documents"]), int(summary["tokens"]))
@@ -101,8 +104,7 @@ def test_core_v0_5_0_prepares_with_gpt2_bpe_and_trains(trees, tmp_path):
         "--data-path", summary["--data-path"], "--tokenizer-type", "GPT2BPETokenizer",
         "--vocab-file", summary["--vocab-file"], "--merge-file", summary["--merge-file"]]
     args[args.index("--train-iters") + 1] = "10"
-    # 1/1000 of 60 documents is none: an empty test split makes Megatron count epochs forever
-    args[args.index("--split") + 1] = "98,2,0"
+    args[args.index("--split") + 1] = "98,2,0"  # 1/1000 of 60 documents is none (see corpus)
     args += FASTER
     proc = run_pretrain_gpt(tree, args)
     output = proc.stdout + proc.stderr
