@@ -45,7 +45,8 @@ class _OneLineUsage:
 
 
 def _one_line(error: click.UsageError) -> click.UsageError:
-    if isinstance(error, OneLineUsageError):
+    # Click (8.2 and later) raises a group's help, asked for by no arguments, as a usage error: it stays help.
+    if isinstance(error, (OneLineUsageError, getattr(click.exceptions, "NoArgsIsHelpError", OneLineUsageError))):
         return error
     converted = OneLineUsageError(error.format_message(), error.ctx)
     converted.exit_code = error.exit_code

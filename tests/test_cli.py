@@ -95,3 +95,15 @@ def test_usage_errors_use_no_api_click_9_removes():
 def test_click_has_an_upper_bound():
     text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert re.search(r'"click>=[0-9.]+,<9"', text), "bound click below 9 (it removes APIs deprecated in 8.5)"
+
+
+def test_a_group_without_arguments_prints_its_help_not_an_error():
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    for args in ([], ["recipe"], ["data"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code in (0, 2), args  # Click 8.2+ exits 2 after the help, older Clicks 0
+        text = result.output
+        assert text.startswith("Usage: rocmpatch") and "rocmpatch: error" not in text and "lists the commands" not in text, text
