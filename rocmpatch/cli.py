@@ -33,7 +33,7 @@ class OneLineUsageError(click.UsageError):
                 getattr(p, "nargs", 1) == -1 and p.type is click.UNPROCESSED for p in ctx.command.params):
             tip = f"Megatron's own flags go after `--`; {tip}"
         message = self.format_message().rstrip(".")
-        click.echo(f"rocmpatch: error: {where + ': ' if where else ''}{message} ({tip})", file=file or click.get_text_stream("stderr"))
+        click.echo(f"rocmpatch: error: {where + ': ' if where else ''}{message} ({tip})", file=file, err=file is None)
 
 
 class _OneLineUsage:
@@ -45,7 +45,8 @@ class _OneLineUsage:
 
 
 def _one_line(error: click.UsageError) -> click.UsageError:
-    if isinstance(error, OneLineUsageError):
+    # Click (8.2 and later) raises a group's help, asked for by no arguments, as a usage error: it stays help.
+    if isinstance(error, (OneLineUsageError, getattr(click.exceptions, "NoArgsIsHelpError", OneLineUsageError))):
         return error
     converted = OneLineUsageError(error.format_message(), error.ctx)
     converted.exit_code = error.exit_code
@@ -314,7 +315,7 @@ def env(as_json, export) -> None:
 
 
 @app.command()
-@gpus_per_node_option("every visible GPU with --run, else 8")
+@gpus_per_node_option("every GPU torch sees here; without any: 2 CPU processes, or 8 with --nodes/--slurm")
 @nodes_option
 @click.option("--slurm", is_flag=True, help="Print the `srun torchrun` line for a Slurm allocation.")
 @click.option("--run", "launch", is_flag=True, help="Start it on this node now (torchrun --standalone) instead of printing the line.")
@@ -383,6 +384,37 @@ def recipe_launch(name, target, gpus_per_node, deprecated_gpus, nodes, slurm, dr
     _run(run_launch, name=name, target=target, gpus_per_node=gpus_per_node or deprecated_gpus, nodes=nodes, slurm=slurm,
          dry_run=dry_run, device=device, data_path=data_path, tokenizer=tokenizer, mock_data=mock_data, save=save,
          megatron_args_after=megatron_args_after)
+
+
+@app.group(no_args_is_help=True)
+def data() -> None:
+    """Training data: turn documents into the .bin/.idx pair Megatron reads."""
+
+
+@data.command("prepare")
+@click.argument("inputs", nargs=-1, type=PATH, metavar="[INPUT]...")
+@target_option(help="The Megatron-LM checkout whose tools/preprocess_data.py does the tokenizing.")
+@click.option("--output", "-o", type=PATH, required=True, metavar="PREFIX",
+              help="Writes PREFIX_text_document.bin and .idx (and PREFIX_tokenizer/ with --train-tokenizer).")
+@click.option("--tokenizer", metavar="DIR|NAME", help="A local Hugging Face tokenizer folder, or a hub name already in the local Hugging Face cache (never downloaded).")
+@click.option("--train-tokenizer", is_flag=True, help="Train a byte-level BPE on the corpus (offline) and save it beside the data.")
+@click.option("--vocab-size", type=click.IntRange(min=1), metavar="N", help="With --train-tokenizer: at most N tokens [4096].")
+@click.option("--text-key", default="text", show_default=True, metavar="KEY", help="The JSON key (parquet column) holding the text.")
+@click.option("--hf-dataset", metavar="NAME", help="Also read a Hugging Face dataset (needs the `datasets` library and the network).")
+@click.option("--hf-config", metavar="NAME", help="The dataset's configuration (subset).")
+@click.option("--hf-split", default="train", show_default=True, metavar="SPLIT", help="The dataset's split.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N", help="preprocess_data.py's worker processes [up to 8, one per 1000 documents].")
+@click.option("--force", is_flag=True, help="Replace existing outputs.")
+def data_prepare(inputs, target, output, tokenizer, train_tokenizer, vocab_size, text_key, hf_dataset, hf_config, hf_split, workers, force) -> None:
+    """Tokenize documents into Megatron's .bin/.idx with TARGET's tools/preprocess_data.py.
+
+    INPUT: .txt or .md files (one document each), .jsonl/.json (one JSON object per line; .gz too),
+    .parquet, or directories of them (recursively, in sorted order)."""
+    from rocmpatch.commands.data import run_prepare
+
+    _run(run_prepare, inputs=inputs, target=target, output=output, tokenizer=tokenizer, train_tokenizer=train_tokenizer,
+         vocab_size=vocab_size, text_key=text_key, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
+         workers=workers, force=force)
 
 
 @app.command()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from rocmpatch import __version__
 from rocmpatch.errors import ExitCode
@@ -75,3 +76,34 @@ def test_click_usage_errors_are_one_line_with_a_hint():
         assert result.exit_code == 2, args
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("rocmpatch: error: ") and expected in lines[0], lines
+
+
+def test_usage_errors_use_no_api_click_9_removes():
+    """Click 8.5 deprecates get_text_stream (gone in 9): the one-line usage error must not need it."""
+    import warnings
+
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        result = CliRunner().invoke(app, ["verfy"])
+    assert result.exit_code == 2 and result.stderr.startswith("rocmpatch: error: "), result.stderr
+
+
+def test_click_has_an_upper_bound():
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert re.search(r'"click>=[0-9.]+,<9"', text), "bound click below 9 (it removes APIs deprecated in 8.5)"
+
+
+def test_a_group_without_arguments_prints_its_help_not_an_error():
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    for args in ([], ["recipe"], ["data"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code in (0, 2), args  # Click 8.2+ exits 2 after the help, older Clicks 0
+        text = result.output
+        assert text.startswith("Usage: rocmpatch") and "rocmpatch: error" not in text and "lists the commands" not in text, text

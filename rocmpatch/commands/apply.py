@@ -19,12 +19,19 @@ def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_
     if result.created and not dry_run:
         out.print(f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)
     layers = {p.name: p.layer for p in loaded.patches}
-    for name in result.already:
-        out.print(f"  already applied  {patch_label(name, layers.get(name, RELEASE))}", markup=False)
+    if not result.applied:  # one line, not one per patch
+        out.print(f"{result.target}: the whole series is already applied ({_count(result.already)} of {loaded.describe()}); nothing to do", markup=False)
+        return ExitCode.OK
+    if result.already:
+        labels = [patch_label(name, layers.get(name, RELEASE)) for name in result.already]
+        span = labels[0] if len(labels) == 1 else f"{_count(labels)}: {labels[0]} ... {labels[-1]}"
+        out.print(f"  already applied  {span}", markup=False)
     for name in result.applied:
         out.print(f"  {verb:<15}  {patch_label(name, layers.get(name, RELEASE))}", markup=False)
-    if not result.applied:
-        out.print(f"{result.target}: the whole series is already applied; nothing to do", markup=False)
-    elif not dry_run:
+    if not dry_run:
         out.print(f"{result.target}: {len(result.applied)} patch(es) of {loaded.describe()} applied, HEAD {result.head}", markup=False)
     return ExitCode.OK
+
+
+def _count(names: list[str]) -> str:
+    return f"{len(names)} patch{'' if len(names) == 1 else 'es'}"

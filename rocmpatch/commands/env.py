@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import shlex
 
-from rich.table import Table
-
 from rocmpatch.console import emit_json, out
 from rocmpatch.env.advice import ARCH_NAMES, Advice, advise
 from rocmpatch.env.facts import Machine, probe
 from rocmpatch.errors import ExitCode, UsageError
+from rocmpatch.tables import Table
 
 
 def run(*, as_json: bool, export: bool, machine: Machine | None = None) -> ExitCode:
@@ -42,7 +41,8 @@ def _print(advice: Advice) -> None:
     socket = advice.network.socket_interface
     rdma = ", ".join(f"{p.name} ({p.link_layer}, {'active' if p.active else 'down'})" for p in advice.network.rdma_ports) or "none"
     out.print(f"network: socket interface {socket.name if socket else 'none'}; RDMA ports: {rdma}", markup=False)
-    table = Table("variable", "value", "now", "scope", "why", title="recommended environment", title_justify="left")
+    table = Table("variable", "value", "now", "scope", "why", title="recommended environment", title_justify="left",
+                  whole=("variable", "value"))
     for r in advice.recommendations:
         now = {"unset": "unset", "same": "set, same"}.get(r.status, f"set to {r.current}")
         table.add_row(r.name, r.value, now, r.scope, f"{r.why} [{r.source}]")

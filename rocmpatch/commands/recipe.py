@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.launchers import run
@@ -12,6 +10,7 @@ from rocmpatch.recipes.catalog import find, names, to_argv
 from rocmpatch.recipes.fit import release_order
 from rocmpatch.recipes.launch import LaunchRequest
 from rocmpatch.recipes.memory import upstream_model
+from rocmpatch.tables import Table
 
 GB_PER_GIB = (1 << 30) / 1e9
 
@@ -22,7 +21,7 @@ def run_list(*, as_json: bool) -> ExitCode:
         emit_json([{"name": r.name, "releases": list(r.releases.items), "summary": r.summary,
                     "layouts": [l.name for l in r.layouts]} for r in recipes])
         return ExitCode.OK
-    table = Table("recipe", "releases", "layouts", "model")
+    table = Table("recipe", "releases", "layouts", "model", whole=("recipe", "releases"))
     for r in recipes:
         table.add_row(r.name, str(r.releases), ", ".join(l.name for l in r.layouts), r.summary)
     out.print(table)
@@ -42,7 +41,7 @@ def run_show(*, name: str, as_json: bool) -> ExitCode:
         return ExitCode.OK
     out.print(f"{recipe.name} ({recipe.releases}): {recipe.summary}", markup=False)
     out.print(f"file: {recipe.path}", markup=False)
-    table = Table("layout", "GPUs", "params/GPU", "weights+grads", "optimizer", "activations", "total GiB", "tokens/s/GPU")
+    table = Table("layout", "GPUs", "params/GPU", "weights+grads", "optimizer", "activations", "total GiB", "tokens/s/GPU", whole=("layout",))
     for l in recipe.layouts:
         e = recipe.estimate(l, upstream)
         table.add_row(l.name, f"{l.nodes} x {l.gpus_per_node}", f"{e.params_per_gpu / 1e9:.2f} B",

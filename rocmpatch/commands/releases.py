@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.releases import release_summaries
 from rocmpatch.schema import PLATFORMS
 from rocmpatch.series import find_patchsets
+from rocmpatch.tables import Table
 
 
 def run(*, series_dir: Path | None, as_json: bool) -> ExitCode:
@@ -20,7 +19,8 @@ def run(*, series_dir: Path | None, as_json: bool) -> ExitCode:
     if as_json:
         emit_json({"patchsets": str(patchsets.root), "lock": str(patchsets.lock_path), "releases": [s.to_json() for s in summaries]})
         return ExitCode.OK
-    table = Table("release", "upstream ref", "commit", "date", "patches", "validated on (cpu, rocm, cuda)", title=f"releases in {patchsets.root}", title_justify="left")
+    table = Table("release", "upstream ref", "commit", "date", "patches", "validated on (cpu, rocm, cuda)", title=f"releases in {patchsets.root}", title_justify="left",
+                  whole=("release", "upstream ref", "commit", "date"))
     for summary in summaries:
         latest = {v.platform: v.date for v in sorted(summary.validated, key=lambda v: v.date)}
         places = ", ".join(f"{p} {latest[p]}" for p in PLATFORMS if p in latest) or "nowhere yet"

@@ -6,7 +6,6 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
 from rocmpatch.commands import selected
@@ -15,6 +14,7 @@ from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused, UsageE
 from rocmpatch.smoke import devices
 from rocmpatch.smoke.profile import no_profile_reason, profile_of
 from rocmpatch.smoke.runner import Interrupted, Plan, StageResult, run_stages
+from rocmpatch.tables import Table
 
 DEVICES = ("auto", "rocm", "cuda", "cpu")
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
@@ -108,12 +108,14 @@ def report(plan: Plan, results: list[StageResult], ok: bool) -> dict[str, Any]:
 
 def render(plan: Plan, results: list[StageResult]) -> None:
     table = Table("stage", "status", "seconds", "detail", title=f"rocmpatch smoke {plan.target} ({plan.release or 'no release'})",
-                  title_justify="left")
+                  title_justify="left", whole=("stage", "status"))
     for result in results:
         table.add_row(result.name, Text(result.status, style=STYLE[result.status]), f"{result.seconds:.1f}",
                       Text(result.detail))
     out.print(table)
     for result in results:
+        if result.status == "failed" and result.extra.get("hint"):
+            err.print(f"smoke: {result.name}: hint: {result.extra['hint']}", markup=False)
         lines = result.extra.get("last_output") or []
         if result.status == "failed" and lines:
             err.print(f"last output of {result.name}:", markup=False)

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from rocmpatch import gitcmd
 from rocmpatch.operations import series_status
 from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode, TargetRefused
+from rocmpatch.tables import Table
 
 
 def _descends_from(target: Path, pin: str, head: str | None) -> bool:
@@ -42,7 +41,8 @@ def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | 
                   "give that overlay with --overlay DIR to see them", markup=False)
     if report.uncommitted:
         out.print(f"uncommitted changes: {', '.join(report.uncommitted)}", markup=False)
-    table = Table("#", "patch", "state", "files", title=f"{target}: release {loaded.describe()} (HEAD {report.head})", title_justify="left")
+    table = Table("#", "patch", "state", "files", title=f"{target}: release {loaded.describe()} (HEAD {report.head})", title_justify="left",
+                  whole=("patch", "files"))
     for number, patch in enumerate(report.patches, start=1):
         detail = "\n".join(patch.files) + (f"\n{patch.reason}" if patch.reason else "")
         table.add_row(str(number), patch_label(patch.name, patch.layer), patch.state, detail)

@@ -17,9 +17,8 @@ def run(*, target: Path, series_dir: Path | None, force: bool, release: str | No
         out.print(f"rolled back the interrupted '{result.abandoned}' (its changes and your edits are in the saved patch)", markup=False)
     for commit in result.saved_commits:
         out.print(f"saved your commit {commit[:12]} (it stays in git's reflog too)", markup=False)
-    if result.saved_edits:
-        what = "commits and uncommitted edits" if result.saved_commits else "uncommitted edits"
-        out.print(f"saved your {what} to {result.saved_edits}\n  (they are relative to the patched tree: rocmpatch apply --target {target} && git -C {target} apply {result.saved_edits})", markup=False)
+    if result.saved_edits:  # where they were saved is said once, on stderr, as soon as they were (a kill after it loses nothing)
+        out.print(f"to bring them back on the patched tree: rocmpatch apply --target {target} && git -C {target} apply {result.saved_edits}", markup=False)
     for path in result.kept:
         out.print(f"kept the nested git repository {path} (not in the saved patch; it is still untracked here)", markup=False)
     for name in result.removed:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import shlex
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from rocmpatch.operations import verifying
 from rocmpatch.commands import load_selected
@@ -13,7 +14,7 @@ UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or l
                   "(files git ignores, such as built extensions and __pycache__, are not counted without --strict): keep them "
                   "outside the tree, or list them in .git/info/exclude")
 IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a __pycache__/*.pyc runs instead of its "
-                "verified source when its header matches): --strict counts them; remove them, or verify before running anything")
+                "verified source when its header matches): --strict counts them; remove them (below), or verify before running anything")
 
 
 def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None,
@@ -49,13 +50,32 @@ def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream
                       f"the first {min(LISTED, len(report.differences))} are above, --json lists every one", markup=False)
         if any(d.kind == verifying.ADDED for d in report.differences):
             out.print(UNTRACKED_HINT, markup=False)
-        if any(d.kind == verifying.IGNORED for d in report.differences):
+        ignored = [d.path for d in report.differences if d.kind == verifying.IGNORED]
+        if ignored:
             out.print(IGNORED_HINT, markup=False)
+            for line in cleanup_lines(target, ignored):
+                out.print(line, markup=False)
         if report.ok:
             out.print(f"{target}: verified, tree {report.expected_tree} is exactly the pin of {loaded.location.release} plus {_stack(loaded)}", markup=False)
         else:
             out.print(f"{target}: differs from the pin of {loaded.location.release} plus {_stack(loaded)} ({len(report.differences)} path(s))", markup=False)
     return ExitCode.OK if report.ok else ExitCode.CHECK_FAILED
+
+
+def cleanup_lines(target: Path, ignored: list[str]) -> list[str]:
+    """Shell lines that remove exactly these ignored files: every __pycache__ directory (Python
+    writes them again), then the others by name. Not `git clean -X`: the tree's .gitignore also
+    covers logs/, runs/, wandb/ and .venv, which may be the user's."""
+    pycache = [p for p in ignored if "__pycache__" in PurePosixPath(p).parts]
+    others = [p for p in ignored if p not in set(pycache)]
+    lines = [f"to remove the {len(ignored)} ignored file(s):"]
+    if pycache:
+        lines.append(f"  find {shlex.quote(str(target))} -name __pycache__ -type d -prune -exec rm -rf {{}} +")
+    if len(others) > LISTED:
+        lines.append(f"  rocmpatch verify --strict --json lists the other {len(others)}, each by its path")
+    elif others:
+        lines.append("  rm -f -- " + " ".join(shlex.quote(str(target / p)) for p in others))
+    return lines
 
 
 def difference_line(difference: verifying.Difference) -> str:

@@ -90,7 +90,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     }
     if platform == "cpu":
         if gpus:
-            raise StageFailure(f"--gpus {','.join(map(str, gpus))} given, but running on CPU")
+            hint = ("--device cpu runs every stage on the CPU: drop --gpus, or drop --device cpu to use GPUs"
+                    if config.get("device") == "cpu" else
+                    f"drop --gpus to run every stage on the CPU; torch sees no GPU here ({'; '.join(notes)})")
+            raise StageFailure(f"--gpus {','.join(map(str, gpus))} given, but running on CPU", hint=hint)
         result["devices"] = []
         result["world_size"] = 2  # collectives run gloo over two processes
         result["detail"] = f"torch {torch.__version__} ({build_text}); running on CPU"

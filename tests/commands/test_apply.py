@@ -277,3 +277,13 @@ def write_lock_lenient(location):
     from rocmpatch.operations import locking
 
     locking.write(location, Lock(old.upstream, loaded.locked_patches(), old.patched_tree))
+
+
+def test_apply_on_an_applied_tree_is_one_line(cli, tmp_path):
+    """Not one `already applied` line per patch: one line with the count, exit 0."""
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    for extra in ((), ("--dry-run",)):
+        result = cli("apply", "--target", str(target), *extra)
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.splitlines() == [f"{target}: the whole series is already applied (2 patches of test_v1); nothing to do"]

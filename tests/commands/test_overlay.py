@@ -46,7 +46,7 @@ def test_the_overlay_goes_on_a_target_that_has_the_series(cli, overlay, tmp_path
     assert cli("apply", "--target", str(target)).exit_code == 0
     result = cli("apply", "--target", str(target), "--overlay", str(overlay))
     assert result.exit_code == 0, result.stderr
-    assert "already applied  second-fix" in result.stdout and "applied          framework-fix (overlay)" in result.stdout
+    assert "already applied  2 patches: first-fix ... second-fix" in result.stdout and "applied          framework-fix (overlay)" in result.stdout
     assert cli("verify", "--target", str(target), "--overlay", str(overlay)).exit_code == 0
     assert "nothing to do" in cli("apply", "--target", str(target), "--overlay", str(overlay)).stdout
 

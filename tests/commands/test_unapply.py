@@ -36,7 +36,10 @@ def test_force_saves_edits_as_a_patch(cli, upstream, tmp_path):
     result = cli("unapply", "--target", str(target), "--force")
     assert result.exit_code == 0, result.stderr
     saved = next((target / ".git/rocmpatch").glob("saved-edits-*.patch"))
-    assert str(saved) in result.stdout
+    said = result.stderr.splitlines() + result.stdout.splitlines()
+    assert [line for line in said if str(saved) in line] == [  # each said once: where (stderr), how to restore (stdout)
+        f"saved your uncommitted edits to {saved}",
+        f"to bring them back on the patched tree: rocmpatch apply --target {target} && git -C {target} apply {saved}"], said
     repo = gitcmd.open_repo(target)
     assert gitcmd.head_commit(repo) == upstream.commit and gitcmd.dirty_paths(repo) == []
     # The saved patch brings the edits back on top of the patched tree.

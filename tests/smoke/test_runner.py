@@ -240,3 +240,25 @@ def test_smoke_says_what_each_stage_does_in_plain_lines_when_not_a_terminal(tmp_
     assert any("importing torch (the first import in a new environment can take a few minutes" in line
                for line in lines[started:])
     assert any(line.startswith("smoke: environment passed") for line in lines)
+
+
+def test_gpus_on_a_machine_running_on_cpu_ends_with_a_hint_line(tmp_path):
+    """`smoke --gpus 0,1` where the stages run on the CPU: the table, then one line saying what to do."""
+    import pytest
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    torch = pytest.importorskip("torch")
+    tree = tmp_path / "tree"
+    (tree / "megatron" / "core").mkdir(parents=True)
+    (tree / "megatron" / "core" / "__init__.py").write_text("")
+    runs = {"cpu": "drop --gpus, or drop --device cpu to use GPUs"}
+    if not torch.cuda.is_available():
+        runs["auto"] = "drop --gpus to run every stage on the CPU; torch sees no GPU here"
+    for device, expected in runs.items():
+        result = CliRunner().invoke(app, ["smoke", "--target", str(tree), "--gpus", "0,1", "--device", device])
+        assert result.exit_code == 1, result.output
+        assert "--gpus 0,1 given, but running on CPU" in result.stdout
+        hints = [line for line in result.stderr.splitlines() if line.startswith("smoke: environment: hint: ")]
+        assert len(hints) == 1 and expected in hints[0], result.stderr
