@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from rocmpatch.schema import load_lock_file
 from rocmpatch.tables import Table
 from tests.cli_process import ROOT, run_rocmpatch
 from tests.fixtures import make_series, replace_line, MODULE_A
@@ -31,8 +32,9 @@ def test_releases_keeps_names_and_commits_whole(columns):
     for line in result.stdout.splitlines():  # the table fits; a record line may be longer (the terminal wraps it)
         assert len(line) <= columns or not line.startswith(("┃", "│", "┏", "└")), line
     words = result.stdout.split()
-    assert "core_v0.19.0" in words and "core_v0.5.0" in words
-    assert "5be9626709af" in words and "0acc240ebd28" in words
+    pinned = load_lock_file(ROOT / "upstream.lock").releases
+    for name, lock in pinned.items():  # every release folder's name and short commit, whole
+        assert name in words and lock.upstream.commit[:12] in words, name
 
 
 def test_status_wraps_paths_at_80_and_keeps_them_whole_at_40(tmp_path, upstream):
@@ -61,12 +63,12 @@ def test_status_wraps_paths_at_80_and_keeps_them_whole_at_40(tmp_path, upstream)
 
 def test_width_plans():
     table = Table("name", "commit", "note", whole=("name", "commit"))
-    table.add_row("core_v0.19.0 (newest)", "5be9626709af", "a rather long note that can wrap anywhere")
+    table.add_row("r2026.08.1 (default)", "5be9626709af", "a rather long note that can wrap anywhere")
     assert table.column_widths(200) is None  # fits as it is
     widths = table.column_widths(60)  # every word fits: only lines wrap, at spaces
-    assert widths[0] >= len("core_v0.19.0") and widths[1] == 12 and sum(widths) <= 60 - 10
+    assert widths[0] >= len("r2026.08.1") and widths[1] == 12 and sum(widths) <= 60 - 10
     widths = table.column_widths(42)  # the whole columns keep their words, the note folds
-    assert widths[:2] == [12, 12] and sum(widths) <= 42 - 10
+    assert widths[:2] == [len("r2026.08.1"), 12] and sum(widths) <= 42 - 10
     assert table.column_widths(20) == []  # not even the name fits: records instead of a table
 
 
