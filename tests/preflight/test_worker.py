@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,6 +35,7 @@ def launch(nodes: int, per_node: int, *args: str) -> list[subprocess.CompletedPr
 
 
 def test_two_nodes_of_two_ranks_pass_and_report(tmp_path):
+    pytest.importorskip("torch")  # the ranks measure with PyTorch
     report = tmp_path / "preflight.json"
     # Four ranks on a shared CPU: how fast each is says nothing; only the report and its exits are tested.
     done = launch(2, 2, "--json", str(report), "--min-of-median", "0")
@@ -46,6 +49,7 @@ def test_two_nodes_of_two_ranks_pass_and_report(tmp_path):
 
 
 def test_below_the_floor_every_rank_exits_nonzero():
+    pytest.importorskip("torch")
     done = launch(2, 1, "--min-busbw", "1000000")
     assert [d.returncode for d in done] == [1, 1], done[0].stderr
     assert "preflight FAILED" in done[0].stdout and "inter-node: node 0" in done[0].stdout
