@@ -179,7 +179,7 @@ def apply(target, upstream_url, series_dir, release, overlay, dry_run) -> None:
 @overlay_option
 @json_option
 @upstream_url_option
-@click.option("--strict", is_flag=True, help="Also fail on ignored files Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__ or files hidden by .git/info/exclude.")
+@click.option("--strict", is_flag=True, help="Also fail on files upstream's .gitignore excludes that Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__; with --installed, on bytecode Python would load that is not its module's source compiled.")
 def verify(target, installed, python, series_dir, release, overlay, as_json, upstream_url, strict) -> None:
     """Exit 0 only if TARGET (or the installed megatron package) is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run

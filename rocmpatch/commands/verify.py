@@ -19,13 +19,13 @@ IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a 
 def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None,
         strict: bool = False, overlay: Path | None = None, installed: bool = False, python: str | None = None) -> ExitCode:
     if installed or python is not None:
-        if target is not None or strict:
-            raise UsageError(f"{'--target' if target is not None else '--strict'} does not go with --installed",
+        if target is not None:
+            raise UsageError("--target does not go with --installed",
                              hint="--installed checks the package an interpreter imports; --target DIR checks a checkout")
         from rocmpatch.commands import verify_installed
 
         return verify_installed.run(python=python, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json,
-                                    upstream_url=upstream_url)
+                                    upstream_url=upstream_url, strict=strict)
     if target is None:
         raise UsageError("give --target DIR (a checkout) or --installed (the megatron package a Python imports)",
                          hint="'rocmpatch verify --help' lists the options")
@@ -61,7 +61,8 @@ def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream
 def difference_line(difference: verifying.Difference) -> str:
     """One path that differs, its kind and the patches touching it (verify and verify --installed)."""
     by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
-    return f"{difference.kind:<14} {difference.path}{by}"
+    detail = f": {difference.detail}" if difference.detail else ""
+    return f"{difference.kind:<14} {difference.path}{by}{detail}"
 
 
 def _stack(loaded) -> str:
