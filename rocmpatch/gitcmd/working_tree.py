@@ -24,8 +24,12 @@ def git_dir(repo: Repo) -> Path:
 
 def dirty_paths(repo: Repo) -> list[tuple[str, str]]:
     """(status, path) for every path whose working tree or index differs from HEAD, untracked
-    files included (ignored files are not)."""
-    out = run_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none")
+    files included (ignored files are not). Without optional locks: a plain `git status` takes
+    .git/index.lock to write the stat data it refreshed back into the index, so it would change
+    the target of a command that promises to change nothing (verify, status, apply --dry-run), and,
+    killed with rocmpatch before the move's journal exists, leave a lock no journal records (the
+    next command would answer BUSY)."""
+    out = run_bytes(repo, "--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none")
     found = []
     for record in out.split(b"\0"):
         if record:

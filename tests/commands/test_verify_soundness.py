@@ -179,6 +179,29 @@ def test_verify_leaves_the_targets_git_directory_as_it_was(cli, tmp_path):
     assert dot_git_state(target) == before
 
 
+@pytest.mark.parametrize("applied_here", [True, False])
+def test_read_only_commands_leave_the_index_as_it_was(cli, upstream, tmp_path, applied_here):
+    """verify, status and apply --dry-run change nothing: not even the stat data git status would
+    refresh into .git/index (rocmpatch's git status runs without optional locks)."""
+    if applied_here:
+        target = applied(cli, tmp_path)
+    else:
+        target = tmp_path / "clone"
+        subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+        git(target, "checkout", "-q", upstream.ref)
+    old = os.stat(target / ".git/index").st_mtime_ns - 5 * 10**9
+    os.utime(target / ".git/index", ns=(old, old))  # older than every file below: their stat data is stale
+    for path in (target / "pkg").iterdir():
+        os.utime(path)
+    index = target / ".git/index"
+    before = (index.stat().st_mtime_ns, index.read_bytes())
+    for command in (["verify"], ["status"], ["apply", "--dry-run"], ["verify", "--strict"]):
+        result = cli(*command, "--target", str(target))
+        assert result.exit_code in (0, 1), result.output
+        assert (index.stat().st_mtime_ns, index.read_bytes()) == before, command
+        assert not (target / ".git/index.lock").exists()
+
+
 # 7. --strict: ignored files Python could import --------------------------------------------------
 
 
