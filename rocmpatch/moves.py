@@ -135,6 +135,9 @@ class Move:
     def checkout(self, old_tree: str, new_tree: str) -> None:
         """Index and working tree from old_tree to new_tree (only the files that differ)."""
         self._private_copy()
+        # Stat data brought up to date in the private copy (rocmpatch's git status writes none back
+        # into .git/index): `read-tree -m` refuses an entry whose stat data changed, same content or not.
+        gitcmd.refresh_index(self.repo, self.private_index)
         gitcmd.move_tree(self.repo, old_tree, new_tree, index=self.private_index)
         self._install()
 

@@ -129,7 +129,7 @@ def refuse_user_edits(repo: gitcmd.Repo, *, hint: str) -> None:
         parts = [f"edits ({_some(edits)})"] if edits else []
         if new:  # data, checkpoints, logs: not edits, but they would be lost or packed into a patch
             parts.append(f"files git does not track ({_some(new)}; data, checkpoints and logs belong outside "
-                         "the tree or in .git/info/exclude; ignored build products are fine)")
+                         "the tree; ignored build products are fine)")
         raise TargetRefused(f"{repo.working_tree_dir}: has uncommitted changes: {'; '.join(parts)}; "
                             "nothing was changed", hint=hint)
 

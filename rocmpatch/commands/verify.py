@@ -10,8 +10,8 @@ from rocmpatch.errors import ExitCode, UsageError
 
 LISTED = 20  # paths listed in text; more (a foreign checkout: thousands) are counted, --json has them all
 UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
-                  "(files git ignores, such as built extensions and __pycache__, are not counted without --strict): keep them "
-                  "outside the tree, or list them in .git/info/exclude")
+                  "(files upstream's own .gitignore ignores, such as built extensions and __pycache__, are not counted without --strict; "
+                  ".git/info/exclude and core.excludesFile excuse nothing): keep them outside the tree")
 IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a __pycache__/*.pyc runs instead of its "
                 "verified source when its header matches): --strict counts them; remove them, or verify before running anything")
 

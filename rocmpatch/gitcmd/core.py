@@ -352,9 +352,9 @@ def run_bytes(repo: Repo | Path, *args: str, stdin: bytes | None = None, env: di
         raise exc.one_line() from None
 
 
-def run_status(repo: Repo | Path, *args: str, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+def run_status(repo: Repo | Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
     """Run `git args...` in repo; (exit status, stdout, stderr), whatever the status."""
-    done = _execute(_where(repo), args, stdin=stdin, check=False)
+    done = _execute(_where(repo), args, stdin=stdin, env=env, check=False)
     return done.returncode, done.stdout, done.stderr
 
 
