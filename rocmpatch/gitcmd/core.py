@@ -88,9 +88,9 @@ _OBJECT_ID = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
 class GitFailed(Exception):
     """A git command that exited non-zero; gitcmd's callers get it as UpstreamError (`one_line`)."""
 
-    def __init__(self, args: Sequence[str], status: int, stderr: bytes | str) -> None:
+    def __init__(self, args: Sequence[str], status: int, stderr: bytes | str, where: str | None = None) -> None:
         super().__init__(f"git {_subcommand(args)} exited with status {status}")
-        self.command, self.status, self.stderr = list(args), status, stderr
+        self.command, self.status, self.stderr, self.where = list(args), status, stderr, where
 
     def one_line(self) -> UpstreamError | EnvironmentProblem:
         return self.disk_trouble() or UpstreamError(f"git {_subcommand(self.command)} failed: {_last_line(self.stderr)}")
@@ -98,20 +98,38 @@ class GitFailed(Exception):
     def disk_trouble(self) -> EnvironmentProblem | None:
         """A git that could not write for want of space (a full disk, a quota, `ulimit -f`), as
         the machine's problem (exit 8) rather than the upstream's. git runs with LC_ALL=C, so the
-        system's message is in English; SIGXFSZ is how the file size limit stops a process."""
+        system's message is in English; SIGXFSZ is how the file size limit stops a process. git does
+        not always name the cause ("unable to write file X", "failed to write new configuration
+        file"): a git that fails where the file system has (nearly) no room left failed for want of it."""
         text = self.stderr.decode("utf-8", "replace") if isinstance(self.stderr, bytes) else (self.stderr or "")
         if self.status == -signal.SIGXFSZ or f"died of signal {int(signal.SIGXFSZ)}" in text:  # git, or a git it ran
             reason = "stopped by the file size limit (ulimit -f)"
         else:
             found = next((line.strip() for line in text.splitlines() if any(cause in line for cause in _NO_SPACE)), None)
-            if found is None:
+            free = _free_bytes(self.where) if found is None and self.where else None
+            if found is None and (free is None or free >= NEARLY_FULL):
                 return None
-            reason = found
+            reason = found or f"{_last_line(text)} (its file system has {free // 1024} KiB free)"
         return EnvironmentProblem(f"git {_subcommand(self.command)} could not write: {reason}", hint=NO_SPACE_HINT)
 
 
-# What the C library says in the C locale (git's here) when a write finds no room: ENOSPC, EDQUOT, EFBIG.
-_NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large")
+# What the C library says in the C locale (git's here) when a write finds no room: ENOSPC, EDQUOT,
+# EFBIG; and git's own word for a short write of a pack or index.
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large", "Out of diskspace")
+NEARLY_FULL = 1 << 20  # bytes free under which a git that failed writing is taken to have run out of room
+
+
+def _free_bytes(where: str) -> int | None:
+    """Bytes an unprivileged write may still use on the file system holding `where` (or the
+    nearest existing directory above it); None when that cannot be said."""
+    path = where
+    while path and not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        info = os.statvfs(path)
+    except (OSError, ValueError):
+        return None
+    return info.f_bavail * info.f_frsize
 
 
 class Repo:
@@ -277,7 +295,7 @@ def _execute(where: str, args: Sequence[str], *, stdin: bytes | None = None, env
     except OSError as exc:
         raise _not_started(exc, where, args) from None
     if check and done.returncode:
-        raise GitFailed(args, done.returncode, done.stderr)
+        raise GitFailed(args, done.returncode, done.stderr, where)
     return done
 
 

@@ -156,7 +156,7 @@ def update_ref_holding(repo: Repo, ref: str, new: str, old: str | None, *, messa
             with contextlib.suppress(OSError):
                 process.stdin.close()
         errors.seek(0)
-        raise GitFailed(["update-ref"], process.returncode, errors.read()).one_line()
+        raise GitFailed(["update-ref"], process.returncode, errors.read(), repo.cwd).one_line()
 
 
 def hash_files(repo: Repo, paths: list[str]) -> dict[str, str | None]:

@@ -406,6 +406,54 @@ def test_a_real_full_disk_in_the_middle_of_the_move_is_rolled_back(large_upstrea
     assert seen["again"] == 0
 
 
+NEW_TARGET_IN_SMALL_TMPFS = r'''
+import json, os, shutil, subprocess, sys
+mount, series_dir = sys.argv[1:3]
+run = lambda *a, **k: subprocess.run(list(a), capture_output=True, text=True, **k)
+assert run("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mount).returncode == 0
+rocmpatch = [sys.executable, "-m", "rocmpatch"]
+target = os.path.join(mount, "t")
+run(*rocmpatch, "apply", "--target", target, "--series-dir", series_dir, check=True)  # how much a whole new target takes
+info = os.statvfs(mount)
+needed = (info.f_blocks - info.f_bfree) * info.f_frsize
+shutil.rmtree(target)
+seen = []
+for share in (0.3, 0.6, 0.8, 0.95):  # the disk fills while objects are copied, then while files are checked out
+    run("mount", "-o", f"remount,size={int(needed * share)}", mount, check=True)
+    failed = run(*rocmpatch, "apply", "--target", target, "--series-dir", series_dir)
+    seen.append({"share": share, "code": failed.returncode, "stderr": failed.stderr, "left": sorted(os.listdir(mount))})
+run("mount", "-o", "remount,size=8m", mount, check=True)
+again = run(*rocmpatch, "apply", "--target", target, "--series-dir", series_dir)
+print(json.dumps({"seen": seen, "again": again.returncode}))
+'''
+
+
+def test_a_real_full_disk_while_a_new_target_is_made_is_exit_8_and_leaves_nothing(large_upstream, tmp_path):
+    """ENOSPC for real, at several points of making a new target (the cache on another file
+    system): git does not always name the cause ("unable to write file"), yet it is the disk (exit
+    8, as the copying of objects), never the upstream (6); nothing half-made is left."""
+    import json
+    import sys
+
+    from tests.cli_process import ROOT
+
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare -m to mount a small tmpfs")
+    _, location = large_upstream
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["unshare", "-m", sys.executable, "-c", NEW_TARGET_IN_SMALL_TMPFS, str(mount), str(location.series_dir)],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for seen in result["seen"]:
+        assert seen["code"] == ExitCode.ENVIRONMENT, seen
+        line = one_error_line(seen["stderr"])
+        assert "no space left" in line.lower() or "KiB free" in line, line
+        assert seen["left"] == [], seen
+    assert result["again"] == 0
+
+
 # --- no child outlives a kill -----------------------------------------------------------------
 
 
