@@ -70,7 +70,8 @@ class Group(_OneLineUsage, click.Group):
 # --- shared options, declared once ------------------------------------------------------------
 def target_option(command: Callable | None = None, *, required: bool = True, help: str = "The Megatron-LM checkout.") -> Callable:
     def decorate(command: Callable) -> Callable:
-        return click.option("--target", "-t", "target", type=PATH, required=required, help=help)(command)
+        # A string here: an empty --target would become Path(".") (the current directory) in the conversion.
+        return click.option("--target", "-t", "target", type=click.Path(), required=required, help=help)(command)
     return decorate(command) if command is not None else decorate
 
 
@@ -124,10 +125,10 @@ def _run(command: Callable[..., ExitCode], **kwargs) -> None:
     from rocmpatch.error_handler import handled
 
     with handled():
-        if isinstance(kwargs.get("target"), Path):  # every --target command refuses the same paths
-            from rocmpatch.target import refuse_unusable_path
+        if isinstance(kwargs.get("target"), str):  # every --target command takes and refuses the same paths
+            from rocmpatch.target import usable_target
 
-            refuse_unusable_path(kwargs["target"])
+            kwargs["target"] = usable_target(kwargs["target"])
         code = command(**kwargs)
     raise click.exceptions.Exit(int(code))
 

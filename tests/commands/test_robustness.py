@@ -141,6 +141,59 @@ def test_a_target_path_with_a_line_break_is_refused_by_every_command(cli, tmp_pa
     assert not target.exists() and not list(tmp_path.glob(".line*"))
 
 
+@pytest.mark.parametrize("name", [b"-leading-dash", b"--target", b"esc\x1bape", b" space\ttab", b"sub/../t"])
+def test_odd_target_names_work_alike_in_every_command(cli, tmp_path, monkeypatch, name):
+    """Names with leading dashes, bytes that are not UTF-8, control characters, `..` (with no `sub`):
+    one directory for every command (git is never handed the name as an option)."""
+    monkeypatch.chdir(tmp_path)
+    for command in ("apply", "verify", "status", "unapply", "apply"):
+        result = cli(command, "--target=" + os.fsdecode(name))
+        assert result.exit_code == 0, (command, result.output)
+    made = tmp_path / os.fsdecode(os.path.normpath(name))
+    assert (made / ".git").is_dir() and (made / "pkg/new.py").exists()
+
+
+def test_a_target_name_that_is_not_utf8_works_in_every_command(project, tmp_path):
+    """Raw argv bytes, as a shell passes a Latin-1 name, in a real process (its console writes such names)."""
+    import sys
+
+    from tests.cli_process import ROOT
+
+    for command in ("apply", "verify", "status", "unapply", "apply"):
+        done = subprocess.run([sys.executable, "-m", "rocmpatch", command, b"--target=caf\xe9", "--series-dir", str(project.series_dir)],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+        assert done.returncode == 0, (command, done.stderr)
+    assert (tmp_path / os.fsdecode(b"caf\xe9") / ".git").is_dir()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "an empty path"), ("loop", "a symlink that leads nowhere"), ("dangling", "a symlink that leads nowhere"),
+    ("new\nline", "holds a line break"), ("cr\rname", "holds a line break")])
+def test_unusable_target_names_are_refused_in_one_line(cli, tmp_path, monkeypatch, name, message):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "loop").symlink_to("loop")
+    (work / "dangling").symlink_to("nowhere/x")
+    monkeypatch.chdir(work)
+    for command in ("apply", "verify", "status", "unapply"):
+        result = cli(command, "--target=" + name)
+        assert result.exit_code == ExitCode.USAGE, (command, result.output)
+        assert message in one_error_line(result.stderr), command
+    assert sorted(p.name for p in work.iterdir()) == ["dangling", "loop"]  # the current directory is no target
+
+
+def test_a_tilde_is_the_home_directory_for_every_command(cli, tmp_path, monkeypatch):
+    """`--target=~/x` is not expanded by the shell; rocmpatch expands it, for every command alike."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    for command in ("apply", "verify", "status", "unapply", "apply"):
+        result = cli(command, "--target=~/Megatron-LM")
+        assert result.exit_code == 0, (command, result.output)
+    assert (home / "Megatron-LM/.git").is_dir() and not (tmp_path / "~").exists()
+
+
 # --- a corrupt rebase state -------------------------------------------------------------------
 
 
