@@ -39,9 +39,30 @@ class OneLineUsageError(click.UsageError):
 class _OneLineUsage:
     def make_context(self, info_name, args, parent=None, **extra):
         try:
+            _interruption_point("command-line")
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as error:
             raise _one_line(error) from None
+        except KeyboardInterrupt:  # Click would print `Aborted!` and exit 1
+            _interrupted()
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # before the command's own handling (rocmpatch.error_handler) began
+            _interrupted()
+
+
+def _interruption_point(name: str) -> None:
+    from rocmpatch.processes import interruption_point
+
+    interruption_point(name)
+
+
+def _interrupted() -> None:
+    from rocmpatch.interrupts import interrupted
+
+    interrupted()
 
 
 def _one_line(error: click.UsageError) -> click.UsageError:
@@ -123,13 +144,15 @@ def gpus_per_node_option(default: str) -> Callable[[Callable], Callable]:
 
 def _run(command: Callable[..., ExitCode], **kwargs) -> None:
     from rocmpatch.error_handler import handled
+    from rocmpatch.interrupts import answered
 
+    _interruption_point("command-started")
     with handled():
         if isinstance(kwargs.get("target"), str):  # every --target command takes and refuses the same paths
             from rocmpatch.target import usable_target
 
             kwargs["target"] = usable_target(kwargs["target"])
-        code = command(**kwargs)
+        code = answered(command(**kwargs))  # from here a Ctrl-C changes nothing
     raise click.exceptions.Exit(int(code))
 
 
