@@ -116,7 +116,8 @@ class Located:
 def tree_modules(listing: Mapping[str, Any]) -> dict[str, TreeModule]:
     """Every module name the tree's megatron/ has: its directories (packages, or namespace
     packages without __init__.py) and its .py files; names Python cannot import (not
-    identifiers) are left out, with what is below them."""
+    identifiers) are left out, with what is below them. Of one name, what Python's file finder
+    takes: a package (x/__init__.py) before a module (x.py) before a namespace directory (x/)."""
     prefix = PACKAGE + "/"
     paths = [path for path in listing if path.startswith(prefix)]
     directories = {PACKAGE}
@@ -131,8 +132,10 @@ def tree_modules(listing: Mapping[str, Any]) -> dict[str, TreeModule]:
     for path in paths:
         directory, _, name = path.rpartition("/")
         stem = name[:-3] if name.endswith(".py") else None
+        name = f"{directory}.{stem}".replace("/", ".") if stem else None
         if stem and stem != "__init__" and stem.isidentifier() and directory.replace("/", ".") in modules:
-            modules.setdefault(f"{directory}.{stem}".replace("/", "."), TreeModule(path, "module"))  # a package of one name wins
+            if name not in modules or modules[name].kind == "namespace":
+                modules[name] = TreeModule(path, "module")
     return dict(sorted(modules.items(), key=lambda item: (item[0].count("."), item[0])))  # parents first
 
 

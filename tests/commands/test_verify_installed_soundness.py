@@ -60,6 +60,18 @@ def test_a_copy_of_the_tree_is_verified_module_by_module(cli, python):
     assert "each of its 10 modules imports from the tree's file" in text.stdout
 
 
+def test_each_module_name_is_what_pythons_file_finder_takes():
+    from rocmpatch.installed import TreeModule, tree_modules
+
+    listing = dict.fromkeys(["megatron/core/__init__.py", "megatron/core/x.py", "megatron/core/x/__init__.py",  # a package wins
+                             "megatron/core/y.py", "megatron/core/y/data.json",  # a module before a namespace directory
+                             "megatron/core/z/data.json", "megatron/core/not-a-name/m.py", "megatron/core/t.pyi"])
+    assert tree_modules(listing) == {
+        "megatron": TreeModule("megatron", "namespace"), "megatron.core": TreeModule("megatron/core/__init__.py", "package"),
+        "megatron.core.x": TreeModule("megatron/core/x/__init__.py", "package"), "megatron.core.y": TreeModule("megatron/core/y.py", "module"),
+        "megatron.core.z": TreeModule("megatron/core/z", "namespace")}
+
+
 # 1. a module file where the tree has a package ------------------------------------------------------
 
 
