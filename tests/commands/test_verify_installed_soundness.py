@@ -6,8 +6,6 @@ one), asked of that venv's real interpreter in a subprocess."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import py_compile
 import shutil
 import sys
@@ -43,8 +41,7 @@ def kinds(report: dict) -> dict[str, str]:
 
 @pytest.fixture
 def python(checkout, tmp_path):
-    python = fake_install(checkout, tmp_path / "venv")
-    return python
+    return fake_install(checkout, tmp_path / "venv")
 
 
 def verified(cli, python, *extra) -> None:
