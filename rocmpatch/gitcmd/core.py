@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmpatch.errors import NO_SPACE_HINT, EnvironmentProblem, TargetRefused, UpstreamError
+from rocmpatch.files import NEARLY_FULL, free_bytes
 from rocmpatch.processes import dying_with_us
 
 # Variables a parent git process (a hook, `git rebase -x`) leaves behind would point our git
@@ -106,7 +107,7 @@ class GitFailed(Exception):
             reason = "stopped by the file size limit (ulimit -f)"
         else:
             found = next((line.strip() for line in text.splitlines() if any(cause in line for cause in _NO_SPACE)), None)
-            free = _free_bytes(self.where) if found is None and self.where else None
+            free = free_bytes(self.where) if found is None and self.where else None
             if found is None and (free is None or free >= NEARLY_FULL):
                 return None
             reason = found or f"{_last_line(text)} (its file system has {free // 1024} KiB free)"
@@ -116,20 +117,7 @@ class GitFailed(Exception):
 # What the C library says in the C locale (git's here) when a write finds no room: ENOSPC, EDQUOT,
 # EFBIG; and git's own word for a short write of a pack or index.
 _NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large", "Out of diskspace")
-NEARLY_FULL = 1 << 20  # bytes free under which a git that failed writing is taken to have run out of room
 
-
-def _free_bytes(where: str) -> int | None:
-    """Bytes an unprivileged write may still use on the file system holding `where` (or the
-    nearest existing directory above it); None when that cannot be said."""
-    path = where
-    while path and not os.path.isdir(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    try:
-        info = os.statvfs(path)
-    except (OSError, ValueError):
-        return None
-    return info.f_bavail * info.f_frsize
 
 
 class Repo:
