@@ -39,9 +39,30 @@ class OneLineUsageError(click.UsageError):
 class _OneLineUsage:
     def make_context(self, info_name, args, parent=None, **extra):
         try:
+            _interruption_point("command-line")
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as error:
             raise _one_line(error) from None
+        except KeyboardInterrupt:  # Click would print `Aborted!` and exit 1
+            _interrupted()
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # before the command's own handling (rocmpatch.error_handler) began
+            _interrupted()
+
+
+def _interruption_point(name: str) -> None:
+    from rocmpatch.processes import interruption_point
+
+    interruption_point(name)
+
+
+def _interrupted() -> None:
+    from rocmpatch.interrupts import interrupted
+
+    interrupted()
 
 
 def _one_line(error: click.UsageError) -> click.UsageError:
@@ -71,7 +92,8 @@ class Group(_OneLineUsage, click.Group):
 # --- shared options, declared once ------------------------------------------------------------
 def target_option(command: Callable | None = None, *, required: bool = True, help: str = "The Megatron-LM checkout.") -> Callable:
     def decorate(command: Callable) -> Callable:
-        return click.option("--target", "-t", "target", type=PATH, required=required, help=help)(command)
+        # A string here: an empty --target would become Path(".") (the current directory) in the conversion.
+        return click.option("--target", "-t", "target", type=click.Path(), required=required, help=help)(command)
     return decorate(command) if command is not None else decorate
 
 
@@ -123,13 +145,15 @@ def gpus_per_node_option(default: str) -> Callable[[Callable], Callable]:
 
 def _run(command: Callable[..., ExitCode], **kwargs) -> None:
     from rocmpatch.error_handler import handled
+    from rocmpatch.interrupts import answered
 
+    _interruption_point("command-started")
     with handled():
-        if isinstance(kwargs.get("target"), Path):  # every --target command refuses the same paths
-            from rocmpatch.target import refuse_unusable_path
+        if isinstance(kwargs.get("target"), str):  # every --target command takes and refuses the same paths
+            from rocmpatch.target import usable_target
 
-            refuse_unusable_path(kwargs["target"])
-        code = command(**kwargs)
+            kwargs["target"] = usable_target(kwargs["target"])
+        code = answered(command(**kwargs))  # from here a Ctrl-C changes nothing
     raise click.exceptions.Exit(int(code))
 
 
@@ -180,7 +204,7 @@ def apply(target, upstream_url, series_dir, release, overlay, dry_run) -> None:
 @overlay_option
 @json_option
 @upstream_url_option
-@click.option("--strict", is_flag=True, help="Also fail on ignored files Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__ or files hidden by .git/info/exclude.")
+@click.option("--strict", is_flag=True, help="Also fail on files upstream's .gitignore excludes that Python could import (*.py, *.pyc, *.so, .pth, symlinks), such as __pycache__; with --installed, on bytecode Python would load that is not its module's source compiled.")
 def verify(target, installed, python, series_dir, release, overlay, as_json, upstream_url, strict) -> None:
     """Exit 0 only if TARGET (or the installed megatron package) is byte for byte the pin plus the series; else list what differs."""
     from rocmpatch.commands.verify import run

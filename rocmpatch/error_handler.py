@@ -109,21 +109,30 @@ def mark_done(what: str) -> None:
 
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
-    """Run a command body; turn whatever ends it into SystemExit(exit code)."""
+    """Run a command body; turn whatever ends it into SystemExit(exit code). The code is the
+    command's answer as soon as it is decided (rocmpatch.interrupts): a Ctrl-C while the error
+    line is printed changes nothing."""
+    from rocmpatch import interrupts
+
     global _done
     _done = None
+    interrupts.reset()
     try:
         yield
     except (SystemExit, BrokenPipeError):
         raise  # a closed pipe (`rocmpatch ... | head`): Click exits 1 quietly, as any Click program does
     except KeyboardInterrupt:
         if _done is None:
+            interrupts.answered(ExitCode.INTERRUPTED)
             raise SystemExit(int(report(KeyboardInterrupt()))) from None
+        interrupts.answered(ExitCode.OK)
         from rocmpatch.console import err
 
         err.print(f"rocmpatch: interrupted after the work was done: {_done}", markup=False)
         raise SystemExit(int(ExitCode.OK)) from None
     except BaseException as exc:  # noqa: BLE001  (the point of this module)
+        converted = as_user_error(exc)
+        interrupts.answered(converted.exit_code if isinstance(converted, RocmpatchError) else ExitCode.INTERNAL)
         raise SystemExit(int(report(exc))) from None
     finally:
         _done = None

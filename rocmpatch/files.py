@@ -87,6 +87,22 @@ MAX_TEXT_FILE = 4 * 1024 * 1024  # series.yaml, upstream.lock
 MAX_PATCH_FILE = 64 * 1024 * 1024
 
 
+NEARLY_FULL = 1 << 20  # bytes free under which a write that failed is taken to have run out of room
+
+
+def free_bytes(path: Path | str) -> int | None:
+    """Bytes an unprivileged write may still use on the file system holding `path` (or the
+    nearest existing directory above it); None when that cannot be said."""
+    path = os.fspath(path)
+    while path and not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        info = os.statvfs(path)
+    except (OSError, ValueError):
+        return None
+    return info.f_bavail * info.f_frsize
+
+
 def read_regular_file(path: Path, *, limit: int, what: str = "file") -> bytes:
     """The bytes of a regular file of at most `limit` bytes; InvalidInput for anything else.
 

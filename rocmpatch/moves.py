@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, target
 from rocmpatch.errors import NO_SPACE_HINT, Busy, EnvironmentProblem, MoveFailed, RocmpatchError, TargetRefused
-from rocmpatch.files import NOFOLLOW, replace_file
+from rocmpatch.files import NEARLY_FULL, NOFOLLOW, free_bytes, replace_file
 from rocmpatch.target import interruption_point, journal_path, pending
 
 HOLDER_SUFFIX = ".rocmpatch-holder"  # .git/rocmpatch/index.lock.<pid>.rocmpatch-holder, linked to .git/index.lock
@@ -135,6 +135,9 @@ class Move:
     def checkout(self, old_tree: str, new_tree: str) -> None:
         """Index and working tree from old_tree to new_tree (only the files that differ)."""
         self._private_copy()
+        # Stat data brought up to date in the private copy (rocmpatch's git status writes none back
+        # into .git/index): `read-tree -m` refuses an entry whose stat data changed, same content or not.
+        gitcmd.refresh_index(self.repo, self.private_index)
         gitcmd.move_tree(self.repo, old_tree, new_tree, index=self.private_index)
         self._install()
 
@@ -192,19 +195,15 @@ def _roll_back(step: Move, cause: BaseException, old_tree: str, new_tree: str) -
         raise MoveFailed(f"{where}: 'rocmpatch {step.operation}' failed part-way ({_line(cause)}) and could not be rolled back ({_line(again)}); "
                          "the journal is kept", hint="fix that, then rerun 'rocmpatch apply' or 'rocmpatch unapply': it finishes the change or rolls it back") from None
     journal_path(step.repo).unlink(missing_ok=True)
-    full = _nearly_full(Path(where))
+    full = _nearly_full(Path(where)) if "KiB free" not in _line(cause) else ""  # said once
     raise MoveFailed(f"{where}: 'rocmpatch {step.operation}' failed part-way ({_line(cause)}{full}); it was rolled back, the target is as it was",
                      hint=NO_SPACE_HINT if full or _no_space(cause) else "fix what git names, then rerun") from None
 
 
 def _nearly_full(root: Path) -> str:
     """", its file system has N KiB free" when that is little (git does not always say ENOSPC)."""
-    try:
-        info = os.statvfs(root)
-    except OSError:
-        return ""
-    free = info.f_bavail * info.f_frsize
-    return f"; its file system has {free // 1024} KiB free" if free < 1 << 20 else ""
+    free = free_bytes(root)
+    return f"; its file system has {free // 1024} KiB free" if free is not None and free < NEARLY_FULL else ""
 
 
 def _line(exc: BaseException) -> str:

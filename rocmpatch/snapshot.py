@@ -239,10 +239,20 @@ def _hash(snapshot: Snapshot, files: list[tuple[str, os.DirEntry]], cached: Reco
     return matched
 
 
-def _read_and_hash(full: str, before: os.stat_result) -> tuple[str | None, os.stat_result]:
+def file_blob_id(path: str) -> str | None:
+    """The blob id of the regular file at `path`, symlinks followed (as Python opens a module);
+    None when it is no regular file or cannot be read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return _read_and_hash(path, info, follow=True)[0]
+
+
+def _read_and_hash(full: str, before: os.stat_result, *, follow: bool = False) -> tuple[str | None, os.stat_result]:
     """The blob id of the file's bytes and its stat data once read (None when it cannot be read)."""
     try:
-        handle = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+        handle = os.open(full, os.O_RDONLY | (0 if follow else os.O_NOFOLLOW) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None, before
     try:
@@ -258,7 +268,7 @@ def _read_and_hash(full: str, before: os.stat_result) -> tuple[str | None, os.st
             size += len(chunk)
         after = os.fstat(handle)
         if size != info.st_size:
-            return _read_and_hash(full, after)  # it changed size while read: once more
+            return _read_and_hash(full, after, follow=follow)  # it changed size while read: once more
         return digest.hexdigest(), after
     except OSError:
         return None, before

@@ -24,6 +24,28 @@ TREE_ROOM = 512
 BUILD_NAME_ROOM = 40
 
 
+def usable_target(text: str) -> Path:
+    """--target as every command takes it, or UsageError before anything is created: not empty
+    (which would be the current directory), `~` expanded (as by the shell: `--target=~/x` is not
+    expanded there), `a/../b` read as `b` (as git reads it, whether or not `a` exists), and not a
+    symlink that leads nowhere (dangling, or a loop); see refuse_unusable_path for the rest."""
+    if not text:
+        raise UsageError("--target '': an empty path (an unset variable?); nothing was done",
+                         hint="give the checkout's directory, e.g. --target ./Megatron-LM")
+    directory = Path(os.path.normpath(os.path.expanduser(text)))
+    refuse_unusable_path(directory)
+    if os.path.islink(directory) and not os.path.exists(directory):
+        raise UsageError(f"--target {_shown(directory)}: a symlink that leads nowhere (dangling, or a loop); nothing was done",
+                         hint="give the checkout's directory itself, or fix the link")
+    return directory
+
+
+def _shown(path: Path) -> str:
+    """A path for one line of text: quoted when it holds a control character or bytes that are not UTF-8."""
+    text = str(path)
+    return repr(text) if any(ord(char) < 32 or 0xDC80 <= ord(char) <= 0xDCFF for char in text) else text
+
+
 def refuse_unusable_path(directory: Path) -> None:
     """UsageError, before anything is created, for a --target no checkout can live at: a line break
     in it (git's own listings and the tools around it are line based; such a checkout would be
@@ -129,7 +151,7 @@ def refuse_user_edits(repo: gitcmd.Repo, *, hint: str) -> None:
         parts = [f"edits ({_some(edits)})"] if edits else []
         if new:  # data, checkpoints, logs: not edits, but they would be lost or packed into a patch
             parts.append(f"files git does not track ({_some(new)}; data, checkpoints and logs belong outside "
-                         "the tree or in .git/info/exclude; ignored build products are fine)")
+                         "the tree; ignored build products are fine)")
         raise TargetRefused(f"{repo.working_tree_dir}: has uncommitted changes: {'; '.join(parts)}; "
                             "nothing was changed", hint=hint)
 

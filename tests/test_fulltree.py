@@ -93,4 +93,7 @@ def test_pip_install_of_the_patched_tree_is_verified_installed(patched, real_ser
         assert report["release"] == real_series.release
         assert {part["checkout"] for part in report["parts"]} == {editable}
         assert "megatron/core" in {part["prefix"] for part in report["parts"]} or report["parts"][0]["prefix"] == "megatron"
+        # pip compiled every module at install time: --strict proves that bytecode is each source's own.
+        strict = invoke(real_series, "verify", "--installed", "--strict", "--python", str(python), "--json", "--upstream-url", str(upstream_mirror))
+        assert strict.exit_code == 0, json.loads(strict.stdout)["differences"][:5]
     assert invoke(real_series, "verify", "--target", str(patched)).exit_code == 0

@@ -42,13 +42,14 @@ def test_untracked_ignored_and_nested_paths(tmp_path):
     guide = gitcmd.list_tree(repo, "HEAD")
     write_files(repo_path, {"build/x/y.py": "y\n", "run.log": "log\n", "pkg/new.py": "n\n", "data/set.bin": "d",
                             "pkg/__pycache__/a.cpython-311.pyc": "pyc"})
-    (repo_path / ".git/info/exclude").write_text("data/\n__pycache__/\n")
+    (repo_path / ".git/info/exclude").write_text("data/\n__pycache__/\n")  # the repository's own: hides nothing here
     gitcmd.init_repo(repo_path / "vendor/nested")
     taken = snapshot.take(repo_path, guide, snapshot.ignored_by_git(repo))
-    assert {p: e.sha for p, e in taken.entries.items() if not e.sha} == {"pkg/new.py": "", "vendor/nested": ""}
+    assert {p: e.sha for p, e in taken.entries.items() if not e.sha} == {
+        "pkg/new.py": "", "vendor/nested": "", "data/set.bin": "", "pkg/__pycache__/a.cpython-311.pyc": ""}
     assert taken.tree is None and taken.importable_ignored == []
     strict = snapshot.take(repo_path, guide, snapshot.ignored_by_git(repo), strict=True)
-    assert sorted(strict.importable_ignored) == ["build/x/y.py", "pkg/__pycache__/a.cpython-311.pyc"]
+    assert sorted(strict.importable_ignored) == ["build/x/y.py"]
 
 
 def test_a_gitignore_of_its_own_finding_hides_nothing(tmp_path):

@@ -11,8 +11,8 @@ from rocmpatch.errors import ExitCode, UsageError
 
 LISTED = 20  # paths listed in text; more (a foreign checkout: thousands) are counted, --json has them all
 UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
-                  "(files git ignores, such as built extensions and __pycache__, are not counted without --strict): keep them "
-                  "outside the tree, or list them in .git/info/exclude")
+                  "(files upstream's own .gitignore ignores, such as built extensions and __pycache__, are not counted without --strict; "
+                  ".git/info/exclude and core.excludesFile excuse nothing): keep them outside the tree")
 IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a __pycache__/*.pyc runs instead of its "
                 "verified source when its header matches): --strict counts them; remove them (below), or verify before running anything")
 
@@ -20,13 +20,13 @@ IGNORED_HINT = ("ignored: a file git ignores that Python could import or run (a 
 def run(*, target: Path | None, series_dir: Path | None, as_json: bool, upstream_url: str | None, release: str | None = None,
         strict: bool = False, overlay: Path | None = None, installed: bool = False, python: str | None = None) -> ExitCode:
     if installed or python is not None:
-        if target is not None or strict:
-            raise UsageError(f"{'--target' if target is not None else '--strict'} does not go with --installed",
+        if target is not None:
+            raise UsageError("--target does not go with --installed",
                              hint="--installed checks the package an interpreter imports; --target DIR checks a checkout")
         from rocmpatch.commands import verify_installed
 
         return verify_installed.run(python=python, series_dir=series_dir, release=release, overlay=overlay, as_json=as_json,
-                                    upstream_url=upstream_url)
+                                    upstream_url=upstream_url, strict=strict)
     if target is None:
         raise UsageError("give --target DIR (a checkout) or --installed (the megatron package a Python imports)",
                          hint="'rocmpatch verify --help' lists the options")
@@ -81,7 +81,8 @@ def cleanup_lines(target: Path, ignored: list[str]) -> list[str]:
 def difference_line(difference: verifying.Difference) -> str:
     """One path that differs, its kind and the patches touching it (verify and verify --installed)."""
     by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
-    return f"{difference.kind:<14} {difference.path}{by}"
+    detail = f": {difference.detail}" if difference.detail else ""
+    return f"{difference.kind:<14} {difference.path}{by}{detail}"
 
 
 def _stack(loaded) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmpatch.errors import NO_SPACE_HINT, EnvironmentProblem, TargetRefused, UpstreamError
+from rocmpatch.files import NEARLY_FULL, free_bytes
 from rocmpatch.processes import dying_with_us
 
 # Variables a parent git process (a hook, `git rebase -x`) leaves behind would point our git
@@ -88,9 +89,9 @@ _OBJECT_ID = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
 class GitFailed(Exception):
     """A git command that exited non-zero; gitcmd's callers get it as UpstreamError (`one_line`)."""
 
-    def __init__(self, args: Sequence[str], status: int, stderr: bytes | str) -> None:
+    def __init__(self, args: Sequence[str], status: int, stderr: bytes | str, where: str | None = None) -> None:
         super().__init__(f"git {_subcommand(args)} exited with status {status}")
-        self.command, self.status, self.stderr = list(args), status, stderr
+        self.command, self.status, self.stderr, self.where = list(args), status, stderr, where
 
     def one_line(self) -> UpstreamError | EnvironmentProblem:
         return self.disk_trouble() or UpstreamError(f"git {_subcommand(self.command)} failed: {_last_line(self.stderr)}")
@@ -98,20 +99,25 @@ class GitFailed(Exception):
     def disk_trouble(self) -> EnvironmentProblem | None:
         """A git that could not write for want of space (a full disk, a quota, `ulimit -f`), as
         the machine's problem (exit 8) rather than the upstream's. git runs with LC_ALL=C, so the
-        system's message is in English; SIGXFSZ is how the file size limit stops a process."""
+        system's message is in English; SIGXFSZ is how the file size limit stops a process. git does
+        not always name the cause ("unable to write file X", "failed to write new configuration
+        file"): a git that fails where the file system has (nearly) no room left failed for want of it."""
         text = self.stderr.decode("utf-8", "replace") if isinstance(self.stderr, bytes) else (self.stderr or "")
         if self.status == -signal.SIGXFSZ or f"died of signal {int(signal.SIGXFSZ)}" in text:  # git, or a git it ran
             reason = "stopped by the file size limit (ulimit -f)"
         else:
             found = next((line.strip() for line in text.splitlines() if any(cause in line for cause in _NO_SPACE)), None)
-            if found is None:
+            free = free_bytes(self.where) if found is None and self.where else None
+            if found is None and (free is None or free >= NEARLY_FULL):
                 return None
-            reason = found
+            reason = found or f"{_last_line(text)} (its file system has {free // 1024} KiB free)"
         return EnvironmentProblem(f"git {_subcommand(self.command)} could not write: {reason}", hint=NO_SPACE_HINT)
 
 
-# What the C library says in the C locale (git's here) when a write finds no room: ENOSPC, EDQUOT, EFBIG.
-_NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large")
+# What the C library says in the C locale (git's here) when a write finds no room: ENOSPC, EDQUOT,
+# EFBIG; and git's own word for a short write of a pack or index.
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large", "Out of diskspace")
+
 
 
 class Repo:
@@ -277,7 +283,7 @@ def _execute(where: str, args: Sequence[str], *, stdin: bytes | None = None, env
     except OSError as exc:
         raise _not_started(exc, where, args) from None
     if check and done.returncode:
-        raise GitFailed(args, done.returncode, done.stderr)
+        raise GitFailed(args, done.returncode, done.stderr, where)
     return done
 
 
@@ -352,9 +358,9 @@ def run_bytes(repo: Repo | Path, *args: str, stdin: bytes | None = None, env: di
         raise exc.one_line() from None
 
 
-def run_status(repo: Repo | Path, *args: str, stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
+def run_status(repo: Repo | Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
     """Run `git args...` in repo; (exit status, stdout, stderr), whatever the status."""
-    done = _execute(_where(repo), args, stdin=stdin, check=False)
+    done = _execute(_where(repo), args, stdin=stdin, env=env, check=False)
     return done.returncode, done.stdout, done.stderr
 
 

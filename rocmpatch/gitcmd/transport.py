@@ -131,7 +131,7 @@ def _stream_progress(repo: Repo, args: list[str], progress) -> None:
         status = process.wait()
         process.stderr.close()
     if status:
-        raise GitFailed(args, status, "\n".join(stderr_lines[-5:]))
+        raise GitFailed(args, status, "\n".join(stderr_lines[-5:]), repo.cwd)
 
 
 def fetch_ref(repo: Repo, url: str, ref: str, local_ref: str) -> str:

@@ -24,8 +24,12 @@ def git_dir(repo: Repo) -> Path:
 
 def dirty_paths(repo: Repo) -> list[tuple[str, str]]:
     """(status, path) for every path whose working tree or index differs from HEAD, untracked
-    files included (ignored files are not)."""
-    out = run_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none")
+    files included (ignored files are not). Without optional locks: a plain `git status` takes
+    .git/index.lock to write the stat data it refreshed back into the index, so it would change
+    the target of a command that promises to change nothing (verify, status, apply --dry-run), and,
+    killed with rocmpatch before the move's journal exists, leave a lock no journal records (the
+    next command would answer BUSY)."""
+    out = run_bytes(repo, "--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none")
     found = []
     for record in out.split(b"\0"):
         if record:
@@ -35,14 +39,23 @@ def dirty_paths(repo: Repo) -> list[tuple[str, str]]:
 
 
 def ignored_paths(repo: Repo, paths: list[str]) -> set[str]:
-    """Which of these paths (files or directories, relative to the top, not tracked) git's ignore
-    rules exclude: the .gitignore files in the working tree, .git/info/exclude and
-    core.excludesFile. Decided without the index (`--no-index`: nothing it holds or flags counts)
-    and case-sensitively whatever core.ignoreCase says."""
+    """Which of these paths (files or directories, relative to the top, not tracked) the working
+    tree's own .gitignore files exclude. Not .git/info/exclude nor core.excludesFile: those are the
+    target's private git state, which hides a file from git but must not hide it from verify (git
+    runs with a git directory of ours, empty, and core.excludesFile=/dev/null). Decided without the
+    index (`--no-index`: nothing it holds or flags counts) and case-sensitively whatever
+    core.ignoreCase says."""
     if not paths:
         return set()
     stdin = b"".join(os.fsencode(path) + b"\0" for path in paths)
-    status, out, err = run_status(repo, "-c", "core.ignoreCase=false", "check-ignore", "--no-index", "-z", "--stdin", stdin=stdin)
+    with tempfile.TemporaryDirectory(prefix="rocmpatch-ignore-") as empty:
+        for directory in ("objects", "refs"):
+            os.mkdir(os.path.join(empty, directory))
+        with open(os.path.join(empty, "HEAD"), "w") as head:
+            head.write("ref: refs/heads/main\n")
+        env = {"GIT_DIR": empty, "GIT_WORK_TREE": repo.working_tree_dir or repo.cwd}
+        status, out, err = run_status(repo, "-c", "core.ignoreCase=false", "-c", "core.excludesFile=/dev/null",
+                                      "check-ignore", "--no-index", "-z", "--stdin", stdin=stdin, env=env)
     if status not in (0, 1):  # 1: none of them is ignored
         raise GitFailed(["check-ignore"], status, err).one_line()
     return {os.fsdecode(path) for path in out.split(b"\0") if path}
@@ -65,6 +78,14 @@ def hidden_edits(repo: Repo) -> list[str]:
 
 def _index_env(index: Path | None) -> dict[str, str] | None:
     return {"GIT_INDEX_FILE": str(index)} if index is not None else None
+
+
+def refresh_index(repo: Repo, index: Path) -> None:
+    """The stat data of `index`'s entries refreshed from the working tree (files whose stat data
+    changed are hashed again; a changed file stays changed), as `git status` does for its own
+    index; quietly, whatever it finds changed."""
+    if index.exists():
+        run_bytes(repo, "update-index", "-q", "--refresh", env=_index_env(index))
 
 
 def move_tree(repo: Repo, old_tree: str, new_tree: str, *, index: Path | None = None) -> None:
@@ -135,7 +156,7 @@ def update_ref_holding(repo: Repo, ref: str, new: str, old: str | None, *, messa
             with contextlib.suppress(OSError):
                 process.stdin.close()
         errors.seek(0)
-        raise GitFailed(["update-ref"], process.returncode, errors.read()).one_line()
+        raise GitFailed(["update-ref"], process.returncode, errors.read(), repo.cwd).one_line()
 
 
 def hash_files(repo: Repo, paths: list[str]) -> dict[str, str | None]:

@@ -32,6 +32,7 @@ class Difference:
     path: str
     kind: str  # edited | deleted | added | patch-missing | mode-changed | type-changed | unreadable | ignored
     patches: list[str] = field(default_factory=list)  # the series' patches touching this path
+    detail: str | None = None  # verify --installed: what the interpreter would import instead, and why
 
 
 @dataclass

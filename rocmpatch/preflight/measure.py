@@ -7,6 +7,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from rocmpatch.preflight.verdict import bus_bandwidth
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -26,16 +28,6 @@ def gemm_tflops(device: torch.device, dtype: torch.dtype, n: int, iters: int, wa
     _sync(device)
     seconds = (time.perf_counter() - start) / iters
     return 2.0 * n**3 / seconds / 1e12
-
-
-def bus_bandwidth(nbytes: int, seconds: float, ranks: int) -> float:
-    """nccl-tests' all-reduce bus bandwidth in GB/s: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n.
-
-    busbw is comparable with the hardware's link speed whatever the number of ranks.
-    """
-    if ranks < 2 or seconds <= 0:
-        return 0.0
-    return nbytes / seconds / 1e9 * 2 * (ranks - 1) / ranks
 
 
 def allreduce_busbw(group, ranks: int, device: torch.device, nbytes: int, iters: int, warmup: int = 2) -> float:

@@ -137,3 +137,13 @@ def format_report(v: Verdict) -> str:
         lines.append(f"preflight FAILED: {len(v.findings)} slow:")
         lines += [f"  {f.what}: {f.who}: {f.value:.2f} ({f.reason})" for f in v.findings]
     return "\n".join(lines)
+
+
+def bus_bandwidth(nbytes: int, seconds: float, ranks: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth in GB/s: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n.
+
+    busbw is comparable with the hardware's link speed whatever the number of ranks.
+    """
+    if ranks < 2 or seconds <= 0:
+        return 0.0
+    return nbytes / seconds / 1e9 * 2 * (ranks - 1) / ranks

@@ -122,6 +122,42 @@ def test_kill_during_the_move_is_finished_by_the_next_run(tmp_path, upstream):
         assert applied if command == "apply" else gitcmd.head_commit(repo) == upstream.commit
 
 
+def test_kill_while_git_lists_the_users_changes_leaves_no_lock(tmp_path, upstream):
+    """unapply asks `git status` for the user's changes before its move (no journal yet): a kill
+    of the process group then must not leave a .git/index.lock that no journal records (the next
+    run would answer BUSY): rocmpatch's git status takes no optional lock."""
+    location = big_series(tmp_path, upstream)
+    target = clone_at_pin(upstream, tmp_path / "clone")
+    where = ["--target", str(target), "--series-dir", str(location.series_dir)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert subprocess.run([*ROCMPATCH, "apply", *where], env=env, capture_output=True).returncode == 0
+    for path in (target / "gen").iterdir():
+        os.utime(path)  # stat data git status refreshes (and would write back) for each
+    child = subprocess.Popen([*ROCMPATCH, "unapply", *where], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    lock, journal = target / ".git/index.lock", target / ".git/rocmpatch/journal.json"
+    unrecorded, seen, turn = False, False, 0
+    while child.poll() is None:  # until git status has run, or an index.lock appears that no journal records
+        if lock.exists() and not journal.exists():
+            unrecorded = True
+            break
+        turn += 1
+        if turn % 16 == 0:  # /proc is slow to scan: the lock is looked for in between
+            running = _git_running_in_group(child.pid, b"status")
+            if seen and not running:
+                break
+            seen = seen or running
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait(timeout=60)
+    assert not unrecorded, "git status held .git/index.lock"
+    again = subprocess.run([*ROCMPATCH, "unapply", *where], env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert gitcmd.head_commit(gitcmd.open_repo(target)) == upstream.commit
+
+
 def test_half_written_file_and_our_index_lock_are_not_user_edits(project, upstream, tmp_path):
     """What a SIGKILL inside `git read-tree -u` leaves: a new file cut short, and the index.lock
     rocmpatch holds during the move (its identity is in the journal)."""

@@ -221,6 +221,48 @@ def test_ctrl_c_after_the_work_is_done_exits_0(project, tmp_path):
     assert run_rocmpatch("verify", "--target", str(target), "--series-dir", str(project.series_dir)).returncode == 0
 
 
+@pytest.mark.parametrize("point", ["started", "command-line", "command-started"])
+def test_ctrl_c_before_the_command_runs_is_130_in_one_line(project, tmp_path, point):
+    """While Python loads rocmpatch, while Click reads the command line, before the command's own
+    handling: never Click's `Aborted!` (exit 1), never a traceback."""
+    target = tmp_path / "t"
+    result = run_rocmpatch("apply", "--target", str(target), "--series-dir", str(project.series_dir),
+                           env={"ROCMPATCH_TEST_INTERRUPT_AT": point})
+    assert result.returncode == ExitCode.INTERRUPTED, result.stderr
+    assert result.stderr == "rocmpatch: interrupted\n" and result.stdout == ""
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("edit, code", [(False, ExitCode.OK), (True, ExitCode.CHECK_FAILED)])
+def test_ctrl_c_once_the_answer_is_given_changes_nothing(cli, project, tmp_path, edit, code):
+    """A Ctrl-C after the command printed its answer: its code, not 130 after printing success."""
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    if edit:
+        (target / "pkg/a.py").write_text("edited\n")
+    result = run_rocmpatch("verify", "--target", str(target), "--series-dir", str(project.series_dir),
+                           env={"ROCMPATCH_TEST_INTERRUPT_AT": "answered"})
+    assert result.returncode == code, result.stderr
+    assert ("verified" in result.stdout) == (not edit) and "interrupted" not in result.stderr
+
+
+def test_ctrl_c_while_an_error_is_reported_keeps_the_errors_code(project, tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain/file").write_text("not a checkout\n")
+    result = run_rocmpatch("verify", "--target", str(tmp_path / "plain"), "--series-dir", str(project.series_dir),
+                           env={"ROCMPATCH_TEST_INTERRUPT_AT": "answered"})
+    assert result.returncode == ExitCode.TARGET_REFUSED, result.stderr
+    assert "not a git repository" in result.stderr and "interrupted" not in result.stderr
+
+
+def test_ctrl_c_after_apply_printed_success_exits_0(project, tmp_path):
+    target = tmp_path / "t"
+    result = run_rocmpatch("apply", "--target", str(target), "--series-dir", str(project.series_dir),
+                           env={"ROCMPATCH_TEST_INTERRUPT_AT": "answered"})
+    assert result.returncode == 0, result.stderr
+    assert f"created {target}" in result.stdout and "interrupted" not in result.stderr
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
 def test_read_only_target_is_refused_before_anything_changes(cli, project, upstream, tmp_path):
     target = tmp_path / "clone"

@@ -141,6 +141,59 @@ def test_a_target_path_with_a_line_break_is_refused_by_every_command(cli, tmp_pa
     assert not target.exists() and not list(tmp_path.glob(".line*"))
 
 
+@pytest.mark.parametrize("name", [b"-leading-dash", b"--target", b"esc\x1bape", b" space\ttab", b"sub/../t"])
+def test_odd_target_names_work_alike_in_every_command(cli, tmp_path, monkeypatch, name):
+    """Names with leading dashes, bytes that are not UTF-8, control characters, `..` (with no `sub`):
+    one directory for every command (git is never handed the name as an option)."""
+    monkeypatch.chdir(tmp_path)
+    for command in ("apply", "verify", "status", "unapply", "apply"):
+        result = cli(command, "--target=" + os.fsdecode(name))
+        assert result.exit_code == 0, (command, result.output)
+    made = tmp_path / os.fsdecode(os.path.normpath(name))
+    assert (made / ".git").is_dir() and (made / "pkg/new.py").exists()
+
+
+def test_a_target_name_that_is_not_utf8_works_in_every_command(project, tmp_path):
+    """Raw argv bytes, as a shell passes a Latin-1 name, in a real process (its console writes such names)."""
+    import sys
+
+    from tests.cli_process import ROOT
+
+    for command in ("apply", "verify", "status", "unapply", "apply"):
+        done = subprocess.run([sys.executable, "-m", "rocmpatch", command, b"--target=caf\xe9", "--series-dir", str(project.series_dir)],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+        assert done.returncode == 0, (command, done.stderr)
+    assert (tmp_path / os.fsdecode(b"caf\xe9") / ".git").is_dir()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("", "an empty path"), ("loop", "a symlink that leads nowhere"), ("dangling", "a symlink that leads nowhere"),
+    ("new\nline", "holds a line break"), ("cr\rname", "holds a line break")])
+def test_unusable_target_names_are_refused_in_one_line(cli, tmp_path, monkeypatch, name, message):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "loop").symlink_to("loop")
+    (work / "dangling").symlink_to("nowhere/x")
+    monkeypatch.chdir(work)
+    for command in ("apply", "verify", "status", "unapply"):
+        result = cli(command, "--target=" + name)
+        assert result.exit_code == ExitCode.USAGE, (command, result.output)
+        assert message in one_error_line(result.stderr), command
+    assert sorted(p.name for p in work.iterdir()) == ["dangling", "loop"]  # the current directory is no target
+
+
+def test_a_tilde_is_the_home_directory_for_every_command(cli, tmp_path, monkeypatch):
+    """`--target=~/x` is not expanded by the shell; rocmpatch expands it, for every command alike."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    for command in ("apply", "verify", "status", "unapply", "apply"):
+        result = cli(command, "--target=~/Megatron-LM")
+        assert result.exit_code == 0, (command, result.output)
+    assert (home / "Megatron-LM/.git").is_dir() and not (tmp_path / "~").exists()
+
+
 # --- a corrupt rebase state -------------------------------------------------------------------
 
 
@@ -404,6 +457,54 @@ def test_a_real_full_disk_in_the_middle_of_the_move_is_rolled_back(large_upstrea
     assert "KiB free" in line and "it was rolled back, the target is as it was" in line
     assert seen["status"] == "" and seen["head"] == upstream.commit and seen["leftovers"] == ["lock"]
     assert seen["again"] == 0
+
+
+NEW_TARGET_IN_SMALL_TMPFS = r'''
+import json, os, shutil, subprocess, sys
+mount, series_dir = sys.argv[1:3]
+run = lambda *a, **k: subprocess.run(list(a), capture_output=True, text=True, **k)
+assert run("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mount).returncode == 0
+rocmpatch = [sys.executable, "-m", "rocmpatch"]
+target = os.path.join(mount, "t")
+run(*rocmpatch, "apply", "--target", target, "--series-dir", series_dir, check=True)  # how much a whole new target takes
+info = os.statvfs(mount)
+needed = (info.f_blocks - info.f_bfree) * info.f_frsize
+shutil.rmtree(target)
+seen = []
+for share in (0.3, 0.6, 0.8, 0.95):  # the disk fills while objects are copied, then while files are checked out
+    run("mount", "-o", f"remount,size={int(needed * share)}", mount, check=True)
+    failed = run(*rocmpatch, "apply", "--target", target, "--series-dir", series_dir)
+    seen.append({"share": share, "code": failed.returncode, "stderr": failed.stderr, "left": sorted(os.listdir(mount))})
+run("mount", "-o", "remount,size=8m", mount, check=True)
+again = run(*rocmpatch, "apply", "--target", target, "--series-dir", series_dir)
+print(json.dumps({"seen": seen, "again": again.returncode}))
+'''
+
+
+def test_a_real_full_disk_while_a_new_target_is_made_is_exit_8_and_leaves_nothing(large_upstream, tmp_path):
+    """ENOSPC for real, at several points of making a new target (the cache on another file
+    system): git does not always name the cause ("unable to write file"), yet it is the disk (exit
+    8, as the copying of objects), never the upstream (6); nothing half-made is left."""
+    import json
+    import sys
+
+    from tests.cli_process import ROOT
+
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare -m to mount a small tmpfs")
+    _, location = large_upstream
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["unshare", "-m", sys.executable, "-c", NEW_TARGET_IN_SMALL_TMPFS, str(mount), str(location.series_dir)],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for seen in result["seen"]:
+        assert seen["code"] == ExitCode.ENVIRONMENT, seen
+        line = one_error_line(seen["stderr"])
+        assert "no space left" in line.lower() or "KiB free" in line, line
+        assert seen["left"] == [], seen
+    assert result["again"] == 0
 
 
 # --- no child outlives a kill -----------------------------------------------------------------

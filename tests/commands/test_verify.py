@@ -31,7 +31,7 @@ def test_each_difference_named_with_its_kind(cli, tmp_path):
     assert report["ok"] is False
     assert {d["path"]: d["patches"] for d in report["differences"]}["pkg/a.py"] == ["first-fix", "second-fix"]
     text = cli("verify", "--target", str(target)).stdout
-    assert "data, checkpoints or logs" in text and ".git/info/exclude" in text, text
+    assert "data, checkpoints or logs" in text and "keep them outside the tree" in text, text
 
 
 def test_untracked_nested_repositories_are_added_with_or_without_commits(cli, tmp_path):
@@ -52,12 +52,17 @@ def test_untracked_nested_repositories_are_added_with_or_without_commits(cli, tm
         subprocess.run(["rm", "-rf", str(empty)], check=True)
 
 
-def test_ignored_build_products_are_not_differences(cli, tmp_path):
-    target = applied(cli, tmp_path)
-    (target / ".git/info/exclude").write_text("data/\n")
+def test_ignored_build_products_are_not_differences(cli, upstream, tmp_path):
+    """What upstream's own .gitignore ignores (built extensions, data, __pycache__) is no difference."""
+    from tests.fixtures import make_series
+
+    location = make_series(tmp_path / "ignoring", upstream, patches=[("ignore", {".gitignore": "data/\n*.so\n"})])
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target), series_dir=location.series_dir).exit_code == 0
     (target / "data").mkdir()
     (target / "data/tiny_text_document.bin").write_bytes(b"\0" * 64)
-    result = cli("verify", "--target", str(target))
+    (target / "pkg/helpers.so").write_bytes(b"\x7fELF")
+    result = cli("verify", "--target", str(target), series_dir=location.series_dir)
     assert result.exit_code == 0, result.stdout
 
 

@@ -221,7 +221,6 @@ def test_no_code_of_the_package_runs(cli, checkout, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--installed", "--target", "x"], "--target does not go with --installed"),
-    (["--installed", "--strict"], "--strict does not go with --installed"),
     ([], "give --target DIR (a checkout) or --installed"),
     (["--installed", "--python", "/nonexistent/python"], "--python /nonexistent/python: no such interpreter"),
 ])

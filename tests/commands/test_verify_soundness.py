@@ -179,32 +179,74 @@ def test_verify_leaves_the_targets_git_directory_as_it_was(cli, tmp_path):
     assert dot_git_state(target) == before
 
 
+@pytest.mark.parametrize("applied_here", [True, False])
+def test_read_only_commands_leave_the_index_as_it_was(cli, upstream, tmp_path, applied_here):
+    """verify, status and apply --dry-run change nothing: not even the stat data git status would
+    refresh into .git/index (rocmpatch's git status runs without optional locks)."""
+    if applied_here:
+        target = applied(cli, tmp_path)
+    else:
+        target = tmp_path / "clone"
+        subprocess.run(["git", "clone", "-q", str(upstream.path), str(target)], check=True)
+        git(target, "checkout", "-q", upstream.ref)
+    old = os.stat(target / ".git/index").st_mtime_ns - 5 * 10**9
+    os.utime(target / ".git/index", ns=(old, old))  # older than every file below: their stat data is stale
+    for path in (target / "pkg").iterdir():
+        os.utime(path)
+    index = target / ".git/index"
+    before = (index.stat().st_mtime_ns, index.read_bytes())
+    for command in (["verify"], ["status"], ["apply", "--dry-run"], ["verify", "--strict"]):
+        result = cli(*command, "--target", str(target))
+        assert result.exit_code in (0, 1), result.output
+        assert (index.stat().st_mtime_ns, index.read_bytes()) == before, command
+        assert not (target / ".git/index.lock").exists()
+
+
 # 7. --strict: ignored files Python could import --------------------------------------------------
 
 
-def test_strict_reports_ignored_importable_files(cli, tmp_path):
-    target = applied(cli, tmp_path)
-    excludes = tmp_path / "excludes"
-    excludes.write_text("hidden_too.py\n")
-    git(target, "config", "core.excludesFile", str(excludes))
-    (target / ".git/info/exclude").write_text("pkg/evil.py\n__pycache__/\ndata/\n")
-    (target / "pkg/evil.py").write_text("import os\n")
+IGNORING = [("ignore", {".gitignore": "__pycache__/\ndata/\nhidden_too.py\n"})]  # upstream's own .gitignore, as the series makes it
+
+
+def test_strict_reports_ignored_importable_files(cli, upstream, tmp_path):
+    location = make_series(tmp_path / "ignoring", upstream, patches=IGNORING)
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target), series_dir=location.series_dir).exit_code == 0
     (target / "hidden_too.py").write_text("import os\n")
     (target / "pkg/__pycache__").mkdir()
     (target / "pkg/__pycache__/a.cpython-311.pyc").write_bytes(b"\x00crafted")
     (target / "data").mkdir()
     (target / "data/set.bin").write_bytes(b"\0" * 16)
     git_sees_nothing(target)
-    assert cli("verify", "--target", str(target)).exit_code == 0  # the default: ignored files are not counted
-    kinds = differences(cli, target, "--strict")
-    assert kinds == {"pkg/evil.py": "ignored", "hidden_too.py": "ignored", "pkg/__pycache__/a.cpython-311.pyc": "ignored"}
-    result = cli("verify", "--target", str(target), "--strict")
-    assert "ignored        pkg/evil.py" in result.stdout and "--strict" in result.stdout
-    assert json.loads(cli("verify", "--target", str(target), "--json", "--strict").stdout)["strict"] is True
-    (target / "pkg/evil.py").unlink()
+    assert cli("verify", "--target", str(target), series_dir=location.series_dir).exit_code == 0  # ignored files are not counted
+    result = cli("verify", "--target", str(target), "--json", "--strict", series_dir=location.series_dir)
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    report = json.loads(result.stdout)
+    assert {d["path"]: d["kind"] for d in report["differences"]} == {"hidden_too.py": "ignored", "pkg/__pycache__/a.cpython-311.pyc": "ignored"}
+    assert report["strict"] is True
+    result = cli("verify", "--target", str(target), "--strict", series_dir=location.series_dir)
+    assert "ignored        hidden_too.py" in result.stdout and "--strict" in result.stdout
     (target / "hidden_too.py").unlink()
     (target / "pkg/__pycache__/a.cpython-311.pyc").unlink()
-    assert cli("verify", "--target", str(target), "--strict").exit_code == 0  # data is not code
+    assert cli("verify", "--target", str(target), "--strict", series_dir=location.series_dir).exit_code == 0  # data is not code
+
+
+def test_the_targets_own_excludes_hide_nothing(cli, tmp_path):
+    """.git/info/exclude and core.excludesFile are the target's private git state: they hide a new
+    module from git, never from verify (only upstream's own .gitignore files excuse a file)."""
+    target = applied(cli, tmp_path)
+    excludes = tmp_path / "excludes"
+    excludes.write_text("hidden_too.py\n")
+    git(target, "config", "core.excludesFile", str(excludes))
+    (target / ".git/info/exclude").write_text("pkg/evil.py\ndata/\n")
+    (target / "pkg/evil.py").write_text("import os\n")
+    (target / "hidden_too.py").write_text("import os\n")
+    (target / "data").mkdir()
+    (target / "data/set.bin").write_bytes(b"\0" * 16)
+    git_sees_nothing(target)
+    assert differences(cli, target) == {"pkg/evil.py": "added", "hidden_too.py": "added", "data/set.bin": "added"}
+    result = cli("verify", "--target", str(target))
+    assert "keep them outside the tree" in result.stdout
 
 
 def test_an_untracked_gitignore_hides_nothing(cli, tmp_path):

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from rocmpatch.preflight.measure import bus_bandwidth
 from rocmpatch.preflight.peaks import peak_for
-from rocmpatch.preflight.verdict import NodeResult, RankResult, Thresholds, evaluate, format_report
+from rocmpatch.preflight.verdict import NodeResult, RankResult, Thresholds, bus_bandwidth, evaluate, format_report
 
 
 def rank(r, node, tflops, peak=1307.4, device="AMD Instinct MI300X"):

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,6 +35,7 @@ def launch(nodes: int, per_node: int, *args: str) -> list[subprocess.CompletedPr
 
 
 def test_two_nodes_of_two_ranks_pass_and_report(tmp_path):
+    pytest.importorskip("torch")  # the ranks measure with PyTorch
     report = tmp_path / "preflight.json"
     # Four ranks on a shared CPU: how fast each is says nothing; only the report and its exits are tested.
     done = launch(2, 2, "--json", str(report), "--min-of-median", "0")
@@ -46,6 +49,7 @@ def test_two_nodes_of_two_ranks_pass_and_report(tmp_path):
 
 
 def test_below_the_floor_every_rank_exits_nonzero():
+    pytest.importorskip("torch")
     done = launch(2, 1, "--min-busbw", "1000000")
     assert [d.returncode for d in done] == [1, 1], done[0].stderr
     assert "preflight FAILED" in done[0].stdout and "inter-node: node 0" in done[0].stdout
@@ -60,6 +64,7 @@ def test_outside_torchrun_it_says_how_to_start():
 def test_a_report_rank_0_cannot_write_stops_every_rank_before_measuring(tmp_path):
     """--json in a missing folder: rank 0 finds it before any timing and every rank exits 2 (not a
     traceback after the whole preflight); nothing is written."""
+    pytest.importorskip("torch")  # the ranks start by importing it
     done = launch(1, 2, "--json", str(tmp_path / "no" / "such" / "r.json"))
     assert [d.returncode for d in done] == [2, 2], done[0].stderr
     assert "--json" in done[0].stderr and "Traceback" not in done[0].stderr + done[1].stderr

@@ -3,7 +3,11 @@ and apex, each fallback warning is one line, once per process; other warnings ar
 
 from __future__ import annotations
 
+import pytest
+
 from tests.series.core_v0_19_0 import harness
+
+pytest.importorskip("torch")  # the child imports megatron.core, which needs PyTorch
 
 TORCH_NORM = "UserWarning: Apex is not installed. Falling back to Torch Norm"
 
