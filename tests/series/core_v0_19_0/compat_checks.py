@@ -13,7 +13,8 @@ returns plain values; the assertions live in test_compat.py. Groups (comma-separ
 - sp_grads: one of two gloo ranks, a torch norm's gradients after the TP reduction of
   finalize_model_grads (TP=2 + sequence parallelism);
 - distopt: DistributedOptimizer's torch-Adam step handling (state_dict, load_state_dict,
-  _set_main_param_and_optimizer_states) on a stand-in `self`, against a straight run.
+  _set_main_param_and_optimizer_states) on a stand-in `self`, against a straight run;
+- help: the help text of every Megatron argument, as `pretrain_gpt.py --help` formats it.
 """
 
 from __future__ import annotations
@@ -307,6 +308,21 @@ def check_pretrain() -> dict:
     return results
 
 
+def check_help() -> dict:
+    """Format the help of every Megatron argument (argparse expands each help string then)."""
+    import argparse
+
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(prog="pretrain_gpt.py", allow_abbrev=False))
+    try:
+        text = " ".join(parser.format_help().split())
+    except Exception as exc:  # noqa: BLE001 - the error is the result
+        return {"error": error_text(exc), "paged_stash_help": None}
+    start = text.find("--moe-paged-stash-buffer-size-factor-cuda MOE_PAGED_STASH_BUFFER_SIZE_FACTOR_CUDA Scale")
+    return {"error": None, "paged_stash_help": text[start:start + 300] if start >= 0 else None}
+
+
 def check_sp_grads() -> dict:
     """One of two ranks (RANK, WORLD_SIZE=2, MASTER_ADDR/PORT from the test), gloo, TP=2 + SP: the
     gradients of a torch norm after finalize_model_grads' tensor-parallel reduction."""
@@ -333,7 +349,7 @@ def check_sp_grads() -> dict:
         torch.distributed.destroy_process_group()
 
 
-CHECKS = {"vision": check_vision, "sp_grads": check_sp_grads, "imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt}
+CHECKS = {"vision": check_vision, "sp_grads": check_sp_grads, "imports": check_imports, "pretrain": check_pretrain, "args": check_args, "norm": check_norm, "config": check_config, "distopt": check_distopt, "help": check_help}
 
 
 def run(groups: str) -> dict:

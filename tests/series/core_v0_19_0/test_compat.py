@@ -18,7 +18,7 @@ from tests.series.core_v0_19_0 import harness
 
 pytest.importorskip("torch")
 
-PATCHED_GROUPS = "imports,args,norm,config,distopt"
+PATCHED_GROUPS = "imports,args,norm,config,distopt,help"
 TE_LINE = "WARNING: Transformer Engine is not installed: using --transformer-impl local (pass --transformer-impl local to silence this)."
 TE_ERROR = ("RuntimeError: --transformer-impl transformer_engine needs Transformer Engine, which cannot be imported: "
             "drop --transformer-impl transformer_engine (the local implementation is used without it) or install Transformer Engine.")
@@ -194,6 +194,17 @@ def test_distributed_optimizer_check_fails_without_the_patch(series019, tmp_path
     assert result["step_saved_before_any_step"].startswith("AssertionError")
     assert result["step_tensor_shared"] and result["steps_after_resume"] == [0.0, 0.0]
     assert result["max_param_diff"] > 1e-5  # and the resumed run drifts from the straight one
+
+
+def test_help_formats_where_upstream_crashed(patched, tmp_path_factory, child_dir):
+    """argparse-help-percent (0013): `pretrain_gpt.py --help` formats every argument's help, the
+    paged-stash docstring's "10%" included; the series without it fails as upstream's --help does."""
+    assert patched["help"]["error"] is None
+    assert "Magnitude is headroom (e.g. 1.10 = 10%)." in patched["help"]["paged_stash_help"]
+    loaded = [p for p in harness.series_through() if p.name != "argparse-help-percent"]
+    tree = harness.wheel_tree(tmp_path_factory.mktemp("tree019-no-help-fix"), loaded)
+    result = harness.run_child("compat_checks", "help", tree, child_dir)["help"]
+    assert result["error"].startswith("ValueError"), result  # as upstream's --help
 
 
 def test_upstream_pretrain_gpt_with_default_flags(full019, child_dir):
