@@ -331,7 +331,9 @@ def selection():
     deterministic = make("auto", deterministic_mode=True).use_sdpa
     unfused_windowed = make("unfused", window_size=(8, 0)).use_sdpa
     cfg = make("auto").config
-    offsets = {t: dpa_module._sdpa_unsupported(type(cfg)(**{**_fields(cfg), "softmax_type": t}), None) for t in ("off-by-one", "learnable")}
+    from megatron.core.transformer import sdpa_attention
+
+    offsets = {t: sdpa_attention.unsupported(type(cfg)(**{**_fields(cfg), "softmax_type": t}), None) for t in ("off-by-one", "learnable")}
     return {
         "chosen": chosen, "windowed": windowed, "skipped_layer_sdpa": skipped, "deterministic": deterministic,
         "unfused_windowed": unfused_windowed, "offsets": {k: list(v) if v else None for k, v in offsets.items()},

@@ -78,7 +78,7 @@ def compare(fused_flags: dict, bf16: bool = False) -> dict:
 
 
 def fusions() -> dict:
-    from megatron.core.models.common.embeddings import rope_utils
+    from megatron.core.models.common.embeddings import rope_torch_fused, rope_utils
 
     results = {
         "bias-swiglu": compare({"bias_activation_fusion": True}),
@@ -87,7 +87,7 @@ def fusions() -> dict:
         "cross-entropy native bf16": compare({"cross_entropy_loss_fusion": True}, bf16=True),
         "all": compare({"bias_activation_fusion": True, "apply_rope_fusion": True, "cross_entropy_loss_fusion": True}),
     }
-    results["rope_is_torch_form"] = rope_utils.fused_apply_rotary_pos_emb is rope_utils._torch_fused_apply_rotary_pos_emb
+    results["rope_is_torch_form"] = rope_utils.fused_apply_rotary_pos_emb is rope_torch_fused.torch_fused_apply_rotary_pos_emb
     # cos/sin computed once for every layer and call of a forward: the rotary embedding caches freqs.
     calls = []
     real_cos = torch.cos
