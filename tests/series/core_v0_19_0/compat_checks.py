@@ -45,7 +45,7 @@ ARG_CASES = {
     "moe": (1, ["--num-experts", "4", "--moe-router-topk", "2"]),
     "tp2_sp": (2, ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     "pp2_distopt": (2, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ckpt-format", "torch_dist"]),
-    # cpu-training (0051): refused on the CPU path, checked here with the other argument cases
+    # cpu-training (0062): refused on the CPU path, checked here with the other argument cases
     "megatron_fsdp_on_cpu": (1, ["--use-megatron-fsdp", "--distributed-backend", "gloo", "--ckpt-format", "fsdp_dtensor"]),
 }
 ARG_KEYS = ("transformer_impl", "apply_rope_fusion", "gradient_accumulation_fusion", "masked_softmax_fusion",

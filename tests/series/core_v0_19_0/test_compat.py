@@ -109,7 +109,7 @@ def test_explicit_transformer_engine_without_te_fails_naming_the_flag(patched):
 
 
 def test_megatron_fsdp_on_the_cpu_path_is_refused_in_one_line(patched):
-    """cpu-training (0051): Megatron-FSDP's buffers and streams need a GPU; before, validate_args
+    """cpu-training (0062): Megatron-FSDP's buffers and streams need a GPU; before, validate_args
     failed in get_device_arch_version with "Torch not compiled with CUDA enabled"."""
     assert patched["args"]["megatron_fsdp_on_cpu"]["error"] == (
         "RuntimeError: --use-megatron-fsdp needs a GPU (its buffers and streams are CUDA/ROCm only): drop it to "

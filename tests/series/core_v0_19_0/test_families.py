@@ -1,7 +1,8 @@
 """core_v0.19.0, model families beyond Llama on the CPU path: DeepSeek-V3 (multi-latent attention
 with YaRN RoPE, shared expert, sigmoid router with expert bias, multi-token prediction), Qwen3-MoE
 and Mixtral shapes with expert parallelism over the alltoall dispatcher. Patches: mla-local-attention,
-mla-local-no-q-lora, mla-sdpa-value-pad, fusions-optional (the MLA RoPE kernel), cpu-moe-alltoall, cpu-yarn-rope, cpu-mtp-loss.
+mla-local-no-q-lora, mla-sdpa-value-pad, fusions-optional (the MLA RoPE kernel), cpu-moe (the alltoall
+dispatcher), cpu-rope (YaRN), cpu-transformer (the MTP loss tracker).
 
 CI checks run the patched megatron/ of the megatron-core wheel (conftest.tree019) in child
 processes (families_checks.py). The full-tree tests run upstream's own pretrain_gpt.py with its
@@ -83,7 +84,7 @@ def two_ranks(group: str, tree, tmp_path_factory) -> list[dict]:
 
 def test_alltoall_dispatcher_over_two_expert_parallel_ranks(tree019, tmp_path_factory):
     """Each rank routes 6 tokens to 2 of 4 experts (2 per rank); the dispatcher sends them across
-    the ranks and back. Before cpu-moe-alltoall took host split sizes this was a TypeError."""
+    the ranks and back. Before cpu-moe took host split sizes this was a TypeError."""
     results = two_ranks("alltoall_ep2", tree019, tmp_path_factory)
     for result in results:
         assert result["error"] is None, result

@@ -1,7 +1,7 @@
 """core_v0.19.0 on CPU: upstream's own pretrain_gpt.py, patched by the series, trains with gloo.
 
 The CPU path is taken only when asked for (--distributed-backend gloo); with the default nccl
-backend and no GPU, Megatron stops with one clear error (0051 cpu-training). Full-tree tests: the
+backend and no GPU, Megatron stops with one clear error (0062 cpu-training). Full-tree tests: the
 pinned tree of the mirror named by ROCMPATCH_TEST_UPSTREAM (skip without it) with
 patchsets/core_v0.19.0 applied in memory by rocmpatch, written once per session; every run is
 `torchrun --standalone --nproc-per-node 2 pretrain_gpt.py` on a tiny Llama-style GPT (hidden 64,
@@ -64,7 +64,7 @@ def series() -> LoadedSeries:
 
 
 def test_device_helper(wheel_core_files_019, tmp_path):
-    """0050's helper, applied to the release's bytes: the CPU where no GPU is visible (this test
+    """cpu-device-utils' helper (0050), applied to the release's bytes: the CPU where no GPU is visible (this test
     runs on CPU PyTorch; on a GPU it would be the current GPU)."""
     touched = ("megatron/core/utils.py", DEVICE_HELPER)
     patches = [files_under(loaded.patch, touched) for loaded in series().patches]
