@@ -207,3 +207,17 @@ def test_dependency_block_installs_what_the_tree_needs_in_a_fresh_venv(release, 
         sh(command + " -q")
     assert "pretrain_gpt imports" in sh(f"python -c {shlex.quote(IMPORTS)}")
     assert "--output-prefix" in sh("python Megatron-LM/tools/preprocess_data.py --help")
+
+
+def test_validation_opens_with_every_release_current_state():
+    """docs/validation.md's first table has a row per pinned release, with the patch count and the
+    patched tree (its first 8 hex digits) that upstream.lock records now: the first screen is current."""
+    from rocmpatch.schema import load_lock_file
+
+    text = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
+    table = text.split("## Current state, per release", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].split()[0]: [cell.strip() for cell in line.split("|")[2:4]]
+            for line in table.splitlines() if line.startswith("| ") and not line.startswith(("| release", "| ---"))}
+    for name, lock in load_lock_file(ROOT / "upstream.lock").releases.items():
+        assert name in rows, f"docs/validation.md: no row for {name} in 'Current state, per release'"
+        assert rows[name] == [str(len(lock.patches)), f"`{lock.patched_tree[:8]}`"], (name, rows[name])
