@@ -4,8 +4,8 @@
     python bench/bench_attention.py [--tree DIR] [--release NAME] [--seq 2048 4096 8192] [--heads 2]
                                     [--head-dim 64] [--dtype fp32|bf16] [--device cpu|cuda] [--repeat 2]
 
---release: whose attention harness runs (tests/series/<release>/attention_checks.py); default the
---tree's own release (from its history), else the default release. --tree: a Megatron-LM tree with
+--release: whose series builds the tree (the attention harness is tests/series/checks/attention.py,
+the same for every release); default the --tree's own release (from its history), else the default release. --tree: a Megatron-LM tree with
 that series applied (`rocmpatch apply --target DIR`); without it, megatron/ of the release's test
 wheel (release.yaml `wheel:`, tests/megatron_wheel.py) with the series applied through
 sdpa-attention, written to a temporary directory.
@@ -33,16 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PATHS = (("sdpa", "auto"), ("explicit", "unfused"))
 
 
-def harness(release: str, module: str):
-    """tests/series/<release>/<module>.py: the release's attention harness."""
+def attention_checks():
+    """tests/series/checks/attention.py: the attention harness the series tests run."""
     import importlib
 
     sys.path.insert(0, str(ROOT))
-    name = f"tests.series.{release.replace('.', '_').replace('-', '_')}.{module}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        raise SystemExit(f"release {release} has no attention harness ({name}: {exc})") from None
+    return importlib.import_module("tests.series.checks.attention")
 
 
 def release_of(tree: Path | None, asked: str | None) -> str:
@@ -54,14 +50,10 @@ def release_of(tree: Path | None, asked: str | None) -> str:
 
 
 def build_tree(dest: Path, release: str) -> Path:
-    from tests.megatron_wheel import megatron_core_files
-    from tests.series.trees import apply_series, read_from_mapping, write_files
+    from tests.series import harness
 
-    attention = harness(release, "test_attention")
-    files = megatron_core_files(release)
-    changes = apply_series([attention.wheel_part(p, files) for p in attention.series_through(attention.PATCH)],
-                           read_from_mapping(files))
-    return write_files(dest, {**files, **changes})
+    chosen = harness.Release(release)
+    return harness.wheel_tree(chosen, dest, chosen.patches(through="sdpa-attention"))
 
 
 def status_kib(field: str) -> int | None:
@@ -86,7 +78,7 @@ def child(args: argparse.Namespace) -> None:
     """One point: prints {"seconds": ..., "peak_bytes": ..., "memory": how}."""
     sys.path[:0] = [str(args.tree), str(ROOT)]
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    checks = harness(args.release, "attention_checks")
+    checks = attention_checks()
 
     checks.stub_unguarded_triton()
     with tempfile.TemporaryDirectory() as work:

@@ -227,6 +227,30 @@ class ReleaseWheel:
         return self.requirement.split("==", 1)[1]
 
 
+# What a release's patched tree does that the series tests check (tests/series/test_<feature>.py runs
+# for each release whose release.yaml lists the feature; docs/adding-a-release.md says what each needs).
+FEATURES = {
+    "triton-optional": "megatron.core imports without triton (the pin does not); a triton-only option is refused naming its flag",
+    "te-fallback": "without Transformer Engine the local implementation is taken in one line; asking for TE fails naming the flag",
+    "fusion-fallback": "each fusion that needs apex, TE or a CUDA kernel is turned off in one line naming the flag that silences it",
+    "fallback-warnings": "each fallback warning is one line, once per process",
+    "help-fixed": "pretrain_gpt.py --help formats every argument's help",
+    "vision-local": "CLIP and LLaVA build and train on the CPU with the local spec",
+    "model-parallel": "tensor (with sequence) and pipeline parallelism off CUDA: the torch norms' gradients are reduced",
+    "distopt-resume": "the distributed optimizer's torch Adam step is saved and resumed exactly",
+    "sdpa-causal": "attention runs torch SDPA, causal by flag with no mask tensor and grouped heads as they are",
+    "fused-adamw": "the optimizer is torch AdamW with fused=True",
+    "torch-fusions": "bias-SwiGLU, RoPE, cross-entropy and RMSNorm fusions in torch forms leave the loss unchanged",
+    "cpu-training": "pretrain_gpt.py trains on CPU over gloo (torch_dist save and exact resume); no GPU and nccl: one clear error",
+    "moe-ep": "MoE with expert parallelism over the alltoall dispatcher on CPU",
+    "mla": "multi-latent attention (YaRN RoPE, query latent or none) on the local implementation",
+    "mtp": "multi-token prediction's loss on CPU",
+    "context-parallel": "context parallelism without Transformer Engine (p2p and all_gather rings)",
+    "data-prepare": "rocmpatch data prepare writes what the tree's pretrain_gpt.py trains on",
+    "legacy-model": "the legacy megatron/model GPT trains on CPU, saves and resumes",
+}
+
+
 @dataclass(frozen=True)
 class InstallStep:
     """One command of docs/install.md's dependency block for this release's tree."""
@@ -253,6 +277,8 @@ class ReleaseInfo:
     default: bool = False  # the release a command takes when none is asked for or detected
     validated: tuple[Validation, ...] = ()
     wheel: ReleaseWheel | None = None
+    no_wheel: str = ""  # `wheel: {none: REASON}`: why no megatron-core wheel holds this tree's bytes
+    features: tuple[str, ...] | None = None  # FEATURES names; None: release.yaml has no features: key
     install: tuple[InstallStep, ...] = ()
     upstream_tests: UpstreamTests | None = None
     smoke: y.Node | None = None  # the smoke profile, read by rocmpatch.smoke.profile.profile_of
@@ -308,11 +334,13 @@ _RELEASE_INFO = y.Mapping({
     "default": y.Optional(y.Bool("whether a command takes this release when none is asked for or detected "
                                  "(exactly one release says true)"), False),
     "wheel": y.Optional(y.Mapping({
-        "requirement": y.String("megatron-core==VERSION, the wheel whose .py files are the pinned tree's",
-                                pattern=re.compile(r"megatron-core==[0-9][0-9A-Za-z.+-]*"), what="requirement"),
-        "python": y.String("a Python version pip can fetch that wheel for, such as '3.12'",
-                           pattern=re.compile(r"3\.[0-9]+"), what="Python version"),
+        "requirement": y.Optional(y.String("megatron-core==VERSION, the wheel whose .py files are the pinned tree's",
+                                           pattern=re.compile(r"megatron-core==[0-9][0-9A-Za-z.+-]*"), what="requirement")),
+        "python": y.Optional(y.String("a Python version pip can fetch that wheel for, such as '3.12'",
+                                      pattern=re.compile(r"3\.[0-9]+"), what="Python version")),
+        "none": y.Optional(y.Line("why no megatron-core wheel holds this tree's bytes")),
     })),
+    "features": y.Optional(y.Strings("feature name", pattern=_NAME, unique=True)),
     "install": y.Optional(y.ListOf(y.Mapping({
         "command": y.Line("a pip install command run beside the tree, such as pip install -r Megatron-LM/requirements.txt",
                           pattern=re.compile(r"pip install \S.*"), what="install command"),
@@ -336,13 +364,39 @@ def load_release_info(directory: Path) -> ReleaseInfo:
         return ReleaseInfo(path)
     info = y.load(path, _RELEASE_INFO)
     wheel, tests = info["wheel"], info["upstream-tests"]
+    if wheel is not None:
+        _check_wheel(wheel)
+    if info["features"] is not None:
+        _check_features(info.node.get("features"))
     return ReleaseInfo(
         path, info.node, default=info["default"], validated=tuple(Validation(**record) for record in info["validated"]),
-        wheel=ReleaseWheel(wheel["requirement"], wheel["python"]) if wheel else None,
+        wheel=ReleaseWheel(wheel["requirement"], wheel["python"]) if wheel and wheel["requirement"] else None,
+        no_wheel=(wheel or {}).get("none") or "", features=info["features"],
         install=tuple(InstallStep(step["command"], step["why"]) for step in info["install"]),
         upstream_tests=UpstreamTests(tests["baseline"], tests["subset"], tests["note"]) if tests else None,
         smoke=info["smoke"],
     )
+
+
+def _check_wheel(wheel: y.Record) -> None:
+    """`wheel:` is {requirement, python} or {none: REASON}, not a mix."""
+    if wheel["none"] is not None:
+        extra = [key for key in ("requirement", "python") if wheel[key] is not None]
+        if extra:
+            raise wheel.node.error(f"none: and {extra[0]}: together", hint="keep {requirement, python} or {none: REASON}",
+                                   key=extra[0])
+        return
+    for key in ("requirement", "python"):
+        if wheel[key] is None:
+            raise wheel.node.error("missing; expected {requirement, python}, or {none: REASON} where no wheel holds "
+                                   "this tree's bytes", hint=f"add {key}: to it", key=key)
+
+
+def _check_features(node: y.Node) -> None:
+    for item in node.value:
+        if item.value not in FEATURES:
+            raise item.error(f"unknown feature {item.value!r}; expected one of {', '.join(FEATURES)}",
+                             hint="docs/adding-a-release.md lists the features and the tests each runs")
 
 
 def is_release_name(value: str) -> bool:

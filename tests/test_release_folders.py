@@ -3,8 +3,9 @@ no code outside the folder names a release.
 
 What a release folder needs (docs/adding-a-release.md):
 - series.yaml, loading cleanly, and an entry in upstream.lock with the same patches;
-- release.yaml with `wheel:` (the megatron-core wheel CI reads the pinned tree's bytes from),
-  `install:` (docs/install.md's dependency block; tests/test_docs.py keeps the two equal) and
+- release.yaml with `wheel:` (the megatron-core wheel CI reads the pinned tree's bytes from, or
+  `{none: REASON}`: the series tests then need a mirror), `features:` (which generic series tests,
+  tests/series/test_<feature>.py, run against it; `[]` is a declaration too), `install:` (docs/install.md's dependency block; tests/test_docs.py keeps the two equal) and
   `smoke:` (what smoke imports, checks and trains);
 - where release.yaml has `upstream-tests:`, its requirements file beside it and baseline patches
   that are in the series;
@@ -47,7 +48,8 @@ def missing_parts(location: Location) -> list[str]:
     info = location.info
     if not info.path.is_file():
         return [*missing, f"{where}: no {RELEASE_FILE}"]
-    for key, value in (("wheel", info.wheel), ("install", info.install), ("smoke", info.smoke)):
+    for key, value in (("wheel", info.wheel or info.no_wheel), ("features", info.features is not None),
+                       ("install", info.install), ("smoke", info.smoke)):
         if not value:
             missing.append(f"{where}/{RELEASE_FILE}: no {key}:")
     if info.upstream_tests is not None:
@@ -78,7 +80,8 @@ def test_a_folder_without_its_parts_is_named(tmp_path):
     (location.series_dir / RELEASE_FILE).write_text("upstream-tests: {baseline: [nope], subset: [tests/unit_tests], note: x}\n")
     assert missing_parts(location) == [
         "patchsets/new_v1: no entry in upstream.lock (run 'rocmpatch lock --release new_v1')",
-        "patchsets/new_v1/release.yaml: no wheel:", "patchsets/new_v1/release.yaml: no install:",
+        "patchsets/new_v1/release.yaml: no wheel:", "patchsets/new_v1/release.yaml: no features:",
+        "patchsets/new_v1/release.yaml: no install:",
         "patchsets/new_v1/release.yaml: no smoke:",
         f"patchsets/new_v1: upstream-tests: without {REQUIREMENTS_FILE}",
         "patchsets/new_v1/release.yaml: upstream-tests.baseline names no patch of the series: ['nope']"]

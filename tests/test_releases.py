@@ -144,6 +144,33 @@ def test_a_bad_platform_in_release_yaml_names_file_and_line(two_releases):
     assert "release.yaml:2: validated[0].platform" in result.output
 
 
+def test_an_unknown_feature_in_release_yaml_is_one_line_naming_file_and_line(two_releases):
+    first, _ = two_releases
+    (first.series_dir / "release.yaml").write_text("features: [sdpa-causal,\n  sdpa-casual]\n")
+    result = invoke("releases", "--series-dir", str(first.patchsets.root))
+    assert result.exit_code == ExitCode.INVALID_INPUT
+    [line] = [line for line in result.output.splitlines() if "release.yaml" in line]
+    assert "release.yaml:2: features[1]: unknown feature 'sdpa-casual'; expected one of triton-optional," in line
+
+
+@pytest.mark.parametrize("text, where", [
+    ("wheel: {none: no wheel holds main's bytes, python: '3.12'}\n", "release.yaml:1: wheel.python: none: and python: together"),
+    ("wheel: {python: '3.12'}\n", "release.yaml:1: wheel.requirement: missing"),
+])
+def test_wheel_is_a_requirement_or_none_with_a_reason(two_releases, text, where):
+    first, _ = two_releases
+    (first.series_dir / "release.yaml").write_text(text)
+    result = invoke("releases", "--series-dir", str(first.patchsets.root))
+    assert result.exit_code == ExitCode.INVALID_INPUT and where in result.output, result.output
+
+
+def test_features_and_a_wheel_reason_are_read(tmp_path):
+    (tmp_path / "release.yaml").write_text("wheel: {none: main between two releases}\nfeatures: [mla, mtp]\n")
+    info = load_release_info(tmp_path)
+    assert (info.wheel, info.no_wheel, info.features) == (None, "main between two releases", ("mla", "mtp"))
+    assert load_release_info(tmp_path / "nowhere").features is None  # no release.yaml: nothing declared
+
+
 def test_rebase_into_a_new_release_leaves_the_old_one(tmp_path):
     history = make_history(tmp_path)
     write_project(history, tmp_path / "project", "https://example.invalid/upstream.git")

@@ -1,62 +1,40 @@
-"""core_v0.19.0, patch sdpa-attention: DotProductAttention's SDPA path against its explicit path.
+"""sdpa-causal: DotProductAttention's SDPA path (patch sdpa-attention) against its explicit path,
+and what upstream's own pretrain_gpt.py hands to torch's SDPA.
 
-The tree is megatron/core + megatron/training of the pin (the megatron-core 0.19.1 wheel's bytes)
-with the series applied in memory by rocmpatch's own loader and patching, up to and including
-sdpa-attention, written once per session. Megatron code runs only in one child process
-(tests/series/child.py), which runs every group of attention_checks.py on the CPU and returns
-plain numbers; the assertions live here.
+CI: megatron/ of the pin from the release's wheel with the series up to and including
+sdpa-attention (harness.Trees); one child process (checks/attention.py) runs every group on the
+CPU and returns plain numbers. Full tree (ROCMPATCH_TEST_UPSTREAM): pretrain_gpt.py of the patched
+tree, one process, two iterations of the tiny Llama (GQA: 4 query heads, 2 key/value groups) under
+record_calls.py, which records the arguments of every scaled_dot_product_attention call. The same
+Python code runs on a GPU, so these are the calls a GPU run makes.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 import pytest
 
-from rocmpatch.patching import Patch
-from tests.series.trees import apply_series, read_from_mapping
-from rocmpatch.schema import load_series
-from rocmpatch.series import loaded_patch
-from tests.megatron_wheel import megatron_core_files
-from tests.series.child import run_checks
-from tests.series.trees import write_files
+from tests.series import harness
 
 pytest.importorskip("torch")
+pytestmark = harness.releases_with("sdpa-causal")
 
-RELEASE = "core_v0.19.0"
-SERIES_DIR = Path(__file__).resolve().parents[3] / "patchsets" / RELEASE
 PATCH = "sdpa-attention"
 GROUPS = "compare,calls,scale_reference,dropout,selection"
-
 FP32_ABS = 1e-5  # max |SDPA - explicit|, output and every input gradient
 BF16_REL = 2e-2  # the same relative to the largest value, bf16
-
-
-def series_through(name: str) -> list[Patch]:
-    """The release's patches in series order, up to and including `name`."""
-    series = load_series(SERIES_DIR)
-    patches = []
-    for entry in series.entries:
-        path = series.patch_path(entry)
-        patches.append(loaded_patch(entry, path.read_bytes(), path).patch)
-        if entry.name == name:
-            return patches
-    raise AssertionError(f"{SERIES_DIR / 'series.yaml'} lists no patch {name!r}")
-
-
-def wheel_part(patch: Patch, files: dict[str, bytes]) -> Patch:
-    """The file changes of `patch` the wheel's partial tree can take (no setup.py, pretrain_*.py...)."""
-    kept = tuple(f for f in patch.files if (f.old_path or f.new_path) in files or f.old_path is None)
-    return Patch(patch.name, patch.source, kept)
+# The tiny Llama's attention as the flash kernels take it: causal by flag, no mask tensor, the
+# two key/value groups as they are.
+FAST = {"is_causal": True, "attn_mask": None, "enable_gqa": True, "q_heads": 4, "k_heads": 2}
 
 
 @pytest.fixture(scope="session")
-def attention_results(tmp_path_factory) -> dict:
-    files = megatron_core_files(RELEASE)
-    changes = apply_series([wheel_part(p, files) for p in series_through(PATCH)], read_from_mapping(files))
-    assert "megatron/core/transformer/dot_product_attention.py" in changes
-    tree = write_files(tmp_path_factory.mktemp("core019-attention"), {**files, **changes})
-    return run_checks("core_v0_19_0.attention_checks", GROUPS, tree, tmp_path_factory.mktemp("attention-run"), timeout=300)
+def attention_results(release, trees, tmp_path_factory) -> dict:
+    tree = trees.wheel(release, release.patches(through=PATCH))
+    assert (tree / "megatron/core/transformer/dot_product_attention.py").read_bytes() != \
+        harness.wheel_files(release)["megatron/core/transformer/dot_product_attention.py"]
+    return harness.run_checks("checks.attention", GROUPS, tree, tmp_path_factory.mktemp("attention-run"), timeout=300)
 
 
 def test_sdpa_matches_explicit_forward_and_backward(attention_results):
@@ -130,3 +108,33 @@ def test_backend_selection_and_one_line_fallbacks(attention_results):
     assert len(records) == 2, records
     assert records[0].startswith("--window-size: ") and "--attention-backend unfused" in records[0]
     assert records[1].startswith("--deterministic-mode: ")
+
+
+# ---------------------------------------------------------------- full tree: pretrain_gpt.py
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("mask_flag", ["", "--no-create-attention-mask-in-dataloader"], ids=["dataloader-mask", "no-mask"])
+def test_pretrain_gpt_attention_is_causal_with_no_mask_tensor(recorded, mask_flag):
+    """Upstream's default (the dataloader builds a [b, 1, s, s] causal mask) and the run without
+    that mask both reach SDPA with is_causal=True, attn_mask None and enable_gqa: 2 layers x 2
+    iterations x 4 micro-batches (global batch 8, micro-batch 2)."""
+    record = recorded(*([mask_flag] if mask_flag else []))
+    assert record["sdpa"] == [(FAST, 16)], record["sdpa"]
+
+
+@pytest.mark.upstream
+def test_pretrain_gpt_document_masks_stay_exact(recorded):
+    """--reset-attention-mask cuts the causal mask at each document end: that mask is applied as
+    given (key/value heads repeated for the memory-efficient kernel), never replaced by is_causal."""
+    record = recorded("--reset-attention-mask", "--reset-position-ids", "--eod-mask-loss")
+    masked = {"is_causal": False, "attn_mask": [2, 1, 64, 64], "enable_gqa": False, "q_heads": 4, "k_heads": 4}
+    kinds = dict((json.dumps(k, sort_keys=True), n) for k, n in record["sdpa"])
+    assert kinds.get(json.dumps(masked, sort_keys=True), 0) > 0, record["sdpa"]
+    assert sum(kinds.values()) == 16
+
+
+@pytest.mark.upstream
+def test_unfused_backend_never_calls_sdpa(recorded):
+    """--attention-backend unfused is the explicit path: the side-by-side baseline of the benchmark."""
+    assert recorded("--attention-backend", "unfused")["sdpa"] == []

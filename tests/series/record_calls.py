@@ -3,6 +3,8 @@ path, so that a CPU run proves which op and which arguments a GPU run would get.
 
     ROCMPATCH_RECORD=out.json python -m torch.distributed.run ... record_calls.py pretrain_gpt.py ARGS
 
+(harness.recorded_run runs it.)
+
 Each rank writes out.json.<rank> when the script ends: {"sdpa": {signature: count}, "optimizers":
 [{class, fused, foreach}], "rms_norm": count}. A signature is the JSON of is_causal, the attention
 mask's shape (or None), enable_gqa and the query/key head counts of one

@@ -1,4 +1,4 @@
-"""Child side of test_fusions.py: the torch-native fusions the recipes turn on, against the unfused
+"""Child side of test_torch_fusions.py and test_fused_adamw.py: the torch-native fusions the recipes turn on, against the unfused
 path, on a tiny Llama-shaped GPTModel (local spec, RMSNorm, SwiGLU, RoPE, GQA) of the patched tree.
 
 Runs in a fresh process (tests/series/child.py), CPU, fp32, one rank over gloo. Each group builds the

@@ -1,11 +1,10 @@
-"""core_v0.19.0: the torch-native fusions the recipes turn on leave the loss unchanged.
+"""torch-fusions: the torch-native fusions the recipes turn on leave the loss unchanged.
 
-The wheel's tree with the whole series (conftest's tree019); one child process on CPU
-(fusion_checks.py) builds a tiny Llama-shaped GPTModel (local spec: RMSNorm, SwiGLU, RoPE, GQA)
-twice from one seed, with and without each fusion, and compares one forward and backward in fp32.
-The fused functions run eagerly here (TORCHDYNAMO_DISABLE=1: the same Python code torch.compile
-compiles, without minutes of compiling on a shared CI machine); the full-tree run with torch.compile
-is tests/series/core_v0_19_0/test_fast_path.py.
+CI: the patched wheel tree; one child process (checks/fusions.py, the fixture fusion_results)
+builds a tiny Llama-shaped GPTModel (local spec: RMSNorm, SwiGLU, RoPE, GQA) twice from one seed,
+with and without each fusion, and compares one forward and backward in fp32. The fused functions
+run eagerly there (TORCHDYNAMO_DISABLE=1); the full-tree run with torch.compile is below.
+Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py in fp32, two processes.
 """
 
 from __future__ import annotations
@@ -16,16 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.series.core_v0_19_0 import harness
+from tests.series import harness
+from tests.series.flags import FP32_LLAMA
 
 pytest.importorskip("torch")
+pytestmark = harness.releases_with("torch-fusions")
 
 FP32_ABS = 1e-5
-
-
-@pytest.fixture(scope="module")
-def fusion_results(tree019, child_dir) -> dict:
-    return harness.run_child("fusion_checks", "fusions,optimizer", tree019, child_dir, env={"TORCHDYNAMO_DISABLE": "1"})
 
 
 @pytest.mark.parametrize("name", ["bias-swiglu", "rope", "all"])
@@ -61,27 +57,40 @@ def test_rmsnorm_goes_through_torch_functional_rms_norm(fusion_results):
     assert fusions["norm_class"] == "RMSNorm" and fusions["rms_norm_calls"] == 5  # 2 layers x 2 + final
 
 
-@pytest.mark.parametrize("kind", ["local", "distributed"])
-def test_torch_adamw_is_fused(fusion_results, kind):
-    """Without TE/apex: torch AdamW with fused=True (CPU kernel from torch 2.4), foreach unset; two
-    steps train and leave one step count."""
-    result = fusion_results["optimizer"][kind]
-    assert result["class"] == "AdamW" and result["fused"] is True and result["foreach"] is None, result
-    assert result["losses"][1] < result["losses"][0] and result["steps"] == [2.0], result
-
-
-def test_jit_fuser_is_torch_compile_where_a_compiler_is(tree019, child_dir):
+def test_jit_fuser_is_torch_compile_where_a_compiler_is(patched_wheel, child_dir):
     if shutil.which("g++") is None:
         pytest.skip("no g++ on this machine")
-    result = harness.run_child("fusion_checks", "jit_fuser", tree019, child_dir)["jit_fuser"]
+    result = harness.run_checks("checks.fusions", "jit_fuser", patched_wheel, child_dir)["jit_fuser"]
     assert result == {"fuser": "compile", "warnings": []}
 
 
-def test_jit_fuser_without_a_compiler_runs_eagerly_saying_so(tree019, tmp_path):
+def test_jit_fuser_without_a_compiler_runs_eagerly_saying_so(patched_wheel, tmp_path):
     """PATH without g++ (CPU): torch.compile would stop the first step with InvalidCxxCompiler."""
-    result = harness.run_child("fusion_checks", "jit_fuser", tree019, tmp_path,
-                               env={"PATH": str(Path(sys.executable).parent), "CXX": ""})["jit_fuser"]
+    result = harness.run_checks("checks.fusions", "jit_fuser", patched_wheel, tmp_path,
+                                env={"PATH": str(Path(sys.executable).parent), "CXX": ""})["jit_fuser"]
     assert result["fuser"] == "noop_decorator"
     assert result["warnings"] == ["torch.compile cannot build kernels here: no C++ compiler for the CPU (g++ not on "
                                   "PATH); Megatron's jit_fuser functions (bias-SwiGLU/GeLU, RoPE, cross-entropy fusions) "
                                   "run eagerly."]
+
+
+# ---------------------------------------------------------------- full tree: pretrain_gpt.py
+
+
+def fp32_losses(tree: Path, *extra: str) -> dict[int, float]:
+    """The tiny Llama in fp32, two processes, 4 iterations, distributed optimizer: {iteration: lm loss}."""
+    run = harness.trains(tree, [*FP32_LLAMA, "--train-iters", "4", "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                *extra], timeout=900)
+    assert sorted(run.losses) == [1, 2, 3, 4], run.tail()
+    return run.losses
+
+
+@pytest.mark.upstream
+def test_recipe_fusions_and_overlap_leave_the_loss_unchanged(training_tree):
+    """fp32: bias-SwiGLU and RoPE fused (torch.compile) against both unfused, four iterations within
+    fp32 rounding; --overlap-param-gather changes nothing at all."""
+    unfused = fp32_losses(training_tree, "--no-bias-swiglu-fusion", "--no-rope-fusion")
+    fused = fp32_losses(training_tree)
+    overlapped = fp32_losses(training_tree, "--overlap-param-gather")
+    assert all(abs(fused[i] - unfused[i]) <= 1e-5 * unfused[i] for i in unfused), (unfused, fused)
+    assert overlapped == fused, (fused, overlapped)

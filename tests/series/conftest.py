@@ -1,0 +1,87 @@
+"""Fixtures of the series tests (tests/series/harness.py): `release` is the parameter that
+harness.releases_with() gives a test (a release's own folder sets it in its conftest.py), and each
+tree is built once per session per release."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.series import harness
+
+
+@pytest.fixture(scope="session")
+def release(request) -> harness.Release:
+    """The release under test: parametrised by harness.releases_with(...)."""
+    if not hasattr(request, "param"):
+        raise pytest.UsageError(f"{request.node.nodeid}: mark it with harness.releases_with(...) to say which releases it runs for")
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def trees(tmp_path_factory) -> harness.Trees:
+    return harness.Trees(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def patched_wheel(release, trees) -> Path:
+    """megatron/ of the pin from the release's wheel, with the whole series applied."""
+    return trees.wheel(release)
+
+
+@pytest.fixture(scope="session")
+def pristine_wheel(release, trees) -> Path:
+    """megatron/ of the pin from the release's wheel, as released."""
+    return trees.wheel(release, ())
+
+
+@pytest.fixture(scope="session")
+def patched_full(release, trees, upstream_mirror) -> Path:
+    """The whole pinned tree of the mirror (ROCMPATCH_TEST_UPSTREAM; skips without) with the series."""
+    return trees.full(release, upstream_mirror)
+
+
+@pytest.fixture(scope="session")
+def pristine_full(release, trees, upstream_mirror) -> Path:
+    return trees.full(release, upstream_mirror, ())
+
+
+@pytest.fixture(scope="session")
+def training_tree(patched_full) -> Path:
+    """patched_full, where pretrain_gpt.py can run on the CPU (harness.needs_training_tools)."""
+    harness.needs_training_tools()
+    return patched_full
+
+
+@pytest.fixture(scope="session")
+def child_dir(release, tmp_path_factory) -> Path:
+    """A working directory for the release's child checks."""
+    return tmp_path_factory.mktemp(f"{release.module}-child")
+
+
+@pytest.fixture(scope="session")
+def recorded(training_tree, tmp_path_factory):
+    """recorded(*extra): the tiny Llama's two iterations under record_calls.py, each run once per session."""
+    from tests.series.flags import TINY_LLAMA
+
+    runs: dict[tuple[str, ...], dict] = {}
+
+    def record(*extra: str) -> dict:
+        if extra not in runs:
+            args = [*TINY_LLAMA, "--train-iters", "2", "--lr-warmup-iters", "1", *extra]
+            runs[extra] = harness.recorded_run(training_tree, tmp_path_factory.mktemp("record"), args, 2)
+        return runs[extra]
+
+    return record
+
+
+@pytest.fixture(scope="session")
+def fusion_results(release, patched_wheel, child_dir) -> dict:
+    """checks/fusions.py on the patched wheel tree, in one child: the groups of the release's
+    features (fusions: torch-fusions, optimizer: fused-adamw). The fused functions run eagerly
+    (TORCHDYNAMO_DISABLE=1: the same Python code torch.compile compiles, without minutes of
+    compiling on a shared CI machine)."""
+    groups = [group for group, feature in (("fusions", "torch-fusions"), ("optimizer", "fused-adamw"))
+              if feature in release.features]
+    return harness.run_checks("checks.fusions", ",".join(groups), patched_wheel, child_dir, env={"TORCHDYNAMO_DISABLE": "1"})
