@@ -123,13 +123,17 @@ def test_many_differences_are_summarised_and_json_has_them_all(cli, upstream, tm
     assert len([d for d in everything if d["kind"] == "added"]) == 30
 
 
-def test_strict_after_normal_use_gives_the_lines_that_clean_exactly_that(cli, tmp_path):
-    """Python's __pycache__ and built extensions, ignored by the tree's rules, next to an ignored log
-    of the user's: verify --strict prints lines that remove exactly what it counts (no `git clean -X`)."""
+def test_strict_after_normal_use_gives_the_lines_that_clean_exactly_that(cli, upstream, tmp_path):
+    """Python's __pycache__ and built extensions, ignored by the tree's own .gitignore (a target's
+    private excludes excuse nothing), next to an ignored log of the user's: verify --strict prints
+    lines that remove exactly what it counts (no `git clean -X`)."""
     import subprocess
 
-    target = applied(cli, tmp_path)
-    (target / ".git/info/exclude").write_text("__pycache__/\n*.so\nlogs/\n")
+    from tests.fixtures import make_series
+
+    location = make_series(tmp_path / "ignoring", upstream, patches=[("ignore", {".gitignore": "__pycache__/\n*.so\nlogs/\n"})])
+    target = tmp_path / "t"
+    assert cli("apply", "--target", str(target), series_dir=location.series_dir).exit_code == 0
     for package in ("pkg", "pkg/sub", "tools"):
         (target / package / "__pycache__").mkdir(parents=True, exist_ok=True)
         for number in range(12):
@@ -138,7 +142,7 @@ def test_strict_after_normal_use_gives_the_lines_that_clean_exactly_that(cli, tm
     (target / "tools/fast.so").write_bytes(b"\0")
     (target / "logs").mkdir()
     (target / "logs/train.log").write_text("iteration 1\n")
-    result = cli("verify", "--target", str(target), "--strict")
+    result = cli("verify", "--target", str(target), "--strict", series_dir=location.series_dir)
     assert result.exit_code == ExitCode.CHECK_FAILED
     lines = result.stdout.splitlines()
     start = lines.index("to remove the 38 ignored file(s):")
@@ -147,5 +151,5 @@ def test_strict_after_normal_use_gives_the_lines_that_clean_exactly_that(cli, tm
     assert commands[1] == f"rm -f -- {target}/pkg/helpers.cpython-311-x86_64-linux-gnu.so {target}/tools/fast.so"
     for command in commands:
         subprocess.run(["bash", "-c", command], check=True)
-    assert cli("verify", "--target", str(target), "--strict").exit_code == 0
+    assert cli("verify", "--target", str(target), "--strict", series_dir=location.series_dir).exit_code == 0
     assert (target / "logs/train.log").is_file()
