@@ -215,6 +215,25 @@ def verify(target, installed, python, series_dir, release, overlay, as_json, ups
 
 @app.command()
 @target_option
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Directory for the wheel, outside the checkout [default: ./dist].")
+@click.option("--python", "python", metavar="PY", help="The interpreter to build with: the framework's [default: the one running rocmpatch].")
+@click.option("--no-build-isolation", "no_build_isolation", is_flag=True, help="Build with PY's own setuptools, pybind11 and packaging (no package index needed).")
+@click.option("--label", metavar="TEXT", help="The local version label [default: rocmpatch.<patched tree id>].")
+@series_dir_option
+@release_option
+@overlay_option
+@upstream_url_option
+@json_option
+def package(target, out_dir, python, no_build_isolation, label, series_dir, release, overlay, upstream_url, as_json) -> None:
+    """Build the verified patched checkout as a wheel (X.Y.Z+rocmpatch.<tree>) that a pinned megatron-core==X.Y.Z accepts."""
+    from rocmpatch.commands.package import run
+
+    _run(run, target=target, out_dir=out_dir, python=python, build_isolation=not no_build_isolation, label=label, series_dir=series_dir,
+         release=release, overlay=overlay, upstream_url=upstream_url, as_json=as_json)
+
+
+@app.command()
+@target_option
 @series_dir_option
 @release_option
 @overlay_option

@@ -9,6 +9,7 @@ import os
 import re
 import tempfile
 import zlib
+from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from rocmpatch.files import naming
@@ -195,6 +196,26 @@ def _write_tree_object(repo: Repo, entries: dict[str, tuple[int, str]]) -> str:
         records.append((raw + b"/" if mode == _TREE_MODE else raw, b"%o %s\0%s" % (mode, raw, bytes.fromhex(sha))))
     records.sort(key=lambda record: record[0])
     return write_object(repo, "tree", b"".join(record for _, record in records))
+
+
+def export_tree(repo: Repo, tree: str, directory: Path) -> int:
+    """Write `tree`'s files into the empty `directory`, from the object database (no filters, no
+    attributes, no working tree): regular files with their executable bit, symlinks as symlinks;
+    a submodule is left out (it has no content here). Returns the files written."""
+    written = 0
+    for path, entry in sorted(list_tree(repo, tree).items()):
+        if entry.mode == GITLINK_MODE:
+            continue
+        full = directory.joinpath(*path.split("/"))
+        full.parent.mkdir(parents=True, exist_ok=True)
+        data = read_blob(repo, entry.sha)
+        if entry.mode == SYMLINK_MODE:
+            os.symlink(os.fsdecode(data), full)
+        else:
+            full.write_bytes(data)
+            full.chmod(0o755 if entry.mode & 0o111 else 0o644)
+        written += 1
+    return written
 
 
 def paths_at(repo: Repo, commit: str, paths: Iterable[str]) -> dict[str, Entry]:

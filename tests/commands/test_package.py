@@ -1,0 +1,149 @@
+"""rocmpatch package: a verified checkout built by its own build backend into a wheel whose version
+carries a local label, which pip's resolver takes for the framework's `megatron-core==X.Y.Z` and
+which `verify --installed` then finds to be the patched tree. Real git, real pip, offline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rocmpatch import gitcmd
+from rocmpatch.errors import ExitCode
+from tests.fixtures import Upstream, commit_all, make_series, replace_line, write_files
+from tests.installing import make_venv
+
+# A megatron-core shaped tree whose version comes from package_info.py, as upstream's does.
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "megatron-core"
+dynamic = ["version"]
+dependencies = []
+
+[tool.setuptools.dynamic]
+version = { attr = "megatron.core.package_info.__version__" }
+
+[tool.setuptools.packages.find]
+include = ["megatron.core", "megatron.core.*", "megatron.training", "megatron.training.*"]
+"""
+MODEL = "".join(f"def layer{i}():\n    return {i}\n\n" for i in range(12))
+FILES = {
+    "pyproject.toml": PYPROJECT,
+    "megatron/core/__init__.py": "",
+    "megatron/core/package_info.py": "MAJOR, MINOR, PATCH = 0, 19, 1\n__version__ = '.'.join(map(str, (MAJOR, MINOR, PATCH)))\n",
+    "megatron/core/model.py": MODEL,
+    "megatron/training/__init__.py": "",
+}
+PATCHES = [("rocm-model", {"megatron/core/model.py": replace_line(MODEL, "return 3\n", "return 33  # rocm\n")})]
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    path = tmp_path / "upstream"
+    repo = gitcmd.init_repo(path)
+    write_files(path, FILES)
+    pin = commit_all(path, "megatron")
+    gitcmd.run(repo, "tag", "v1.0")
+    return Upstream(path, "v1.0", pin, gitcmd.tree_of(repo, pin), pin)
+
+
+@pytest.fixture
+def project(tmp_path, upstream):
+    return make_series(tmp_path / "proj", upstream, PATCHES)
+
+
+@pytest.fixture
+def checkout(cli, tmp_path):
+    target = tmp_path / "Megatron-LM"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    return target
+
+
+def package(cli, checkout, out, *extra):
+    return cli("package", "--target", str(checkout), "--out", str(out), "--no-build-isolation", "--python", sys.executable, *extra)
+
+
+def resolve(requirement: str, wheels: Path) -> subprocess.CompletedProcess:
+    """pip's resolver, offline, over the wheels directory only: what `pip install REQ` would take."""
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "--quiet",
+                           "--disable-pip-version-check", "--find-links", str(wheels), "--report", "-", requirement],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def built(cli, project, checkout, tmp_path):
+    out = tmp_path / "dist"
+    result = package(cli, checkout, out, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_wheel_carries_the_tree_version_with_the_tree_label(built, project):
+    tree = json.loads(json.dumps(built))["tree"]
+    assert built["version"] == f"0.19.1+rocmpatch.{tree[:8]}" and built["satisfies"] == "==0.19.1"
+    assert built["release"] == project.release and built["overlay"] is None
+    wheel = Path(built["wheel"])
+    assert wheel.name.startswith(f"megatron_core-0.19.1+rocmpatch.{tree[:8]}-") and wheel.suffix == ".whl"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = f"megatron_core-{built['version']}.dist-info/"
+        assert f"{info}METADATA" in names and f"{info}RECORD" in names
+        assert f"Version: {built['version']}\n" in archive.read(f"{info}METADATA").decode()
+        assert b"return 33  # rocm" in archive.read("megatron/core/model.py")  # the patched bytes, unchanged
+
+
+def test_pips_resolver_takes_it_for_the_frameworks_pin(built):
+    wheels = Path(built["wheel"]).parent
+    taken = resolve("megatron-core==0.19.1", wheels)
+    assert taken.returncode == 0, taken.stderr
+    assert [item["metadata"]["version"] for item in json.loads(taken.stdout)["install"]] == [built["version"]]
+    assert resolve("megatron-core==0.19.2", wheels).returncode != 0  # another release is not faked
+
+
+def test_installed_it_verifies_as_the_patched_tree(cli, built, tmp_path):
+    python = make_venv(tmp_path / "venv")
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
+                           "--disable-pip-version-check", built["wheel"]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = cli("verify", "--installed", "--python", str(python), "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0 and report["release"] and report["expected_tree"] == built["tree"], report
+
+
+def test_an_edited_checkout_is_not_packaged(cli, project, checkout, tmp_path):
+    (checkout / "megatron/core/model.py").write_text(MODEL)
+    out = tmp_path / "dist"
+    result = package(cli, checkout, out)
+    assert result.exit_code == ExitCode.CHECK_FAILED
+    assert "only a verified tree is packaged" in result.output and not out.exists()
+
+
+@pytest.mark.parametrize("where", ["inside", "file"])
+def test_a_bad_out_directory_is_refused_before_any_work(cli, project, checkout, tmp_path, where):
+    out = checkout / "dist" if where == "inside" else tmp_path / "file"
+    if where == "file":
+        out.write_text("x")
+    result = package(cli, checkout, out)
+    assert result.exit_code == ExitCode.USAGE and f"--out {out}" in result.output
+    assert not (checkout / "dist").exists()
+
+
+def test_a_bad_label_is_refused(cli, project, checkout, tmp_path):
+    result = package(cli, checkout, tmp_path / "dist", "--label", "Not_OK!")
+    assert result.exit_code == ExitCode.INVALID_INPUT and "--label" in result.output
+    assert not (tmp_path / "dist").exists()
+
+
+def test_a_failed_build_names_pips_error_and_keeps_the_log(cli, project, checkout, tmp_path):
+    python = make_venv(tmp_path / "bare")  # no pip in it
+    result = cli("package", "--target", str(checkout), "--out", str(tmp_path / "dist"), "--python", str(python))
+    assert result.exit_code == ExitCode.ENVIRONMENT and "building the wheel" in result.output
+    assert (tmp_path / "dist" / "rocmpatch-package.log").is_file()
