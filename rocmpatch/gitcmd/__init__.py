@@ -19,7 +19,7 @@ from rocmpatch.gitcmd.core import (
     resolve_commit,
     run,
     run_bytes,
-    scrub_git_environment,
+    scrubbed_environment,
     tree_of,
     trust,
 )
@@ -96,6 +96,6 @@ __all__ = [
     "init_repo", "is_ancestor", "list_tree", "local_path_of", "mail_info", "merge_base", "merge_commits", "move_tree", "refresh_index", "object_id", "objects_not_matching_ids",
     "objects_dir", "open_repo", "path_history", "paths_at", "read_blob", "renames_between", "require_git", "unmerged_paths",
     "require_commit",
-    "resolve_commit", "run", "run_bytes", "scrub_git_environment", "tree_of", "trust", "update_ref", "update_ref_holding", "worktree_entries", "worktree_tree",
+    "resolve_commit", "run", "run_bytes", "scrubbed_environment", "tree_of", "trust", "update_ref", "update_ref_holding", "worktree_entries", "worktree_tree",
     "write_blob", "write_tree",
 ]

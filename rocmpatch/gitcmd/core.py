@@ -29,19 +29,16 @@ _KEPT_GIT_VARIABLES = {
 }
 
 
-def scrub_git_environment(environ: dict[str, str] | os._Environ = os.environ) -> None:
-    for name in list(environ):
-        if name.startswith("GIT_") and name not in _KEPT_GIT_VARIABLES:
-            del environ[name]
-
-
-scrub_git_environment()
+def scrubbed_environment(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, str]:
+    """A copy of `environ` without the GIT_* variables a parent git process leaves behind."""
+    return {name: value for name, value in environ.items() if not name.startswith("GIT_") or name in _KEPT_GIT_VARIABLES}
 
 # A target may be an untrusted checkout (verify is what a CI runs on one): no git call of ours
 # may run a program its configuration or attributes name. These settings go to every git
 # process through the environment; programs named in a repository's config
 # (filter/diff/merge drivers, ssh and credential helpers, ...) are emptied per call, see
 # _repo_overrides. Fetches (transport.py) keep the user's own ssh and credential settings.
+# The environment is built per call (_environment): importing rocmpatch changes no one's os.environ.
 SAFE_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.fsmonitor", "false"),
     ("core.hooksPath", "/dev/null"),
@@ -67,7 +64,7 @@ _PROGRAM_KEY = re.compile(
 )
 
 
-def _config_environment(extra: list[tuple[str, str]] = ()) -> dict[str, str]:
+def _config_environment(extra: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
     pairs = [*SAFE_CONFIG, *extra]
     # Replace refs (refs/replace/*) would make an object id name other content: never followed.
     env = {"GIT_CONFIG_COUNT": str(len(pairs)), "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1"}
@@ -76,7 +73,6 @@ def _config_environment(extra: list[tuple[str, str]] = ()) -> dict[str, str]:
     return env
 
 
-os.environ.update(_config_environment())
 _REPO_OVERRIDES: dict[str, list[tuple[str, str]]] = {}
 
 
@@ -217,9 +213,9 @@ def _mtime(path: Path) -> int:
         return 0
 
 
-def _repo_overrides(where: str) -> dict[str, str] | None:
-    """Environment emptying every program-naming key the repository's config sets (a filter's
-    smudge, a diff driver's textconv, ...), or None when it sets none. Reading config runs nothing."""
+def _repo_overrides(where: str) -> list[tuple[str, str]]:
+    """Every program-naming key the repository's config sets (a filter's smudge, a diff driver's
+    textconv, ...), paired with the empty value that disables it. Reading config runs nothing."""
     stamp = where + "".join(f":{_mtime(Path(where, name))}" for name in (".git/config", "config"))
     if stamp not in _REPO_OVERRIDES:
         try:
@@ -232,21 +228,19 @@ def _repo_overrides(where: str) -> dict[str, str] | None:
             if key and _PROGRAM_KEY.match(key) and not any(key.lower() == k.lower() for k, _ in SAFE_CONFIG):
                 keys.append(key)
         _REPO_OVERRIDES[stamp] = [(key, "") for key in dict.fromkeys(keys)]
-    extra = _REPO_OVERRIDES[stamp]
-    return _config_environment(extra) if extra else None
+    return _REPO_OVERRIDES[stamp]
 
 
 def _environment(where: str, env: dict[str, str] | None = None, *, overrides: bool = True) -> dict[str, str]:
-    """The environment of a git process running in `where`: ours (scrubbed, SAFE_CONFIG), English
-    messages, the repository's program-naming keys emptied (unless overrides=False), `where`
-    trusted when it is one of rocmpatch's own cache repositories (see trust), then `env`."""
-    config = (_repo_overrides(where) or {}) if overrides else {}
+    """The environment of a git process running in `where`, built from os.environ for this call:
+    GIT_* variables of a parent git dropped, SAFE_CONFIG, English messages, the repository's
+    program-naming keys emptied (unless overrides=False), `where` trusted when it is one of
+    rocmpatch's own cache repositories (see trust), then `env`."""
+    extra = list(_repo_overrides(where)) if overrides else []
     trusted = _TRUSTED.get(where)
     if trusted:
-        keys = int(config.get("GIT_CONFIG_COUNT", os.environ.get("GIT_CONFIG_COUNT", "0")))
-        config = {**config, "GIT_CONFIG_COUNT": str(keys + 1),
-                  f"GIT_CONFIG_KEY_{keys}": "safe.directory", f"GIT_CONFIG_VALUE_{keys}": trusted}
-    return {**os.environ, **_LOCALE, **config, **(env or {})}
+        extra.append(("safe.directory", trusted))
+    return {**scrubbed_environment(), **_LOCALE, **_config_environment(extra), **(env or {})}
 
 
 _TRUSTED: dict[str, str] = {}  # where git runs -> the safe.directory value for it
