@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmpatch import series
 from rocmpatch.console import note
 from rocmpatch.releases import choose
 from rocmpatch.series import OVERLAY, LoadedOverlay, LoadedSeries, Location
+
+if TYPE_CHECKING:
+    from rocmpatch.operations.verifying import Difference
+
+LISTED = 20  # paths verify lists in text; more (a foreign checkout: thousands) are counted, --json has them all
 
 
 def selected(series_dir: Path | None, release: str | None, *, target: Path | None = None,
@@ -38,3 +44,10 @@ def recovered_line(recovered) -> str:
     if recovered.rolled_back:
         return f"rolled back the interrupted '{recovered.operation}' first (git could not finish it: {recovered.rolled_back})"
     return f"finished the interrupted '{recovered.operation}' first"
+
+
+def difference_line(difference: Difference) -> str:
+    """One path that differs, its kind and the patches touching it (verify and verify --installed)."""
+    by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
+    detail = f": {difference.detail}" if difference.detail else ""
+    return f"{difference.kind:<14} {difference.path}{by}{detail}"

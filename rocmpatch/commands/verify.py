@@ -5,11 +5,10 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 
 from rocmpatch.operations import verifying
-from rocmpatch.commands import load_selected
+from rocmpatch.commands import LISTED, difference_line, load_selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode, UsageError
 
-LISTED = 20  # paths listed in text; more (a foreign checkout: thousands) are counted, --json has them all
 UNTRACKED_HINT = ("added: not in pin + series, most often data, checkpoints or logs written inside the tree "
                   "(files upstream's own .gitignore ignores, such as built extensions and __pycache__, are not counted without --strict; "
                   ".git/info/exclude and core.excludesFile excuse nothing): keep them outside the tree")
@@ -76,13 +75,6 @@ def cleanup_lines(target: Path, ignored: list[str]) -> list[str]:
     elif others:
         lines.append("  rm -f -- " + " ".join(shlex.quote(str(target / p)) for p in others))
     return lines
-
-
-def difference_line(difference: verifying.Difference) -> str:
-    """One path that differs, its kind and the patches touching it (verify and verify --installed)."""
-    by = f"  ({', '.join(difference.patches)})" if difference.patches else ""
-    detail = f": {difference.detail}" if difference.detail else ""
-    return f"{difference.kind:<14} {difference.path}{by}{detail}"
 
 
 def _stack(loaded) -> str:

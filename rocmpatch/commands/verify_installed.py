@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmpatch import installed, series
-from rocmpatch.commands import load_selected
-from rocmpatch.commands.verify import LISTED, difference_line
+from rocmpatch.commands import LISTED, difference_line, load_selected
 from rocmpatch.console import emit_json, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.operations import verifying_installed

@@ -105,7 +105,7 @@ def stage_main(body: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     target = config.get("target")
     # The runner stops a stage with SIGTERM: as a KeyboardInterrupt, so that what the stage started
-    # in a session of its own (torchrun) is stopped too (runner.run_child), before the result line.
+    # in a session of its own (torchrun) is stopped too (supervise.run_child), before the result line.
     signal.signal(signal.SIGTERM, _interrupted)
     try:
         result = body(config)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rocmpatch import launchers
 from rocmpatch.processes import die_with_parent  # workers: SIGKILL when torchrun dies
-from rocmpatch.smoke.runner import ChildOutcome, run_child
+from rocmpatch.smoke.supervise import ChildOutcome, run_child
 
 __all__ = ["die_with_parent", "launcher_timeout", "torchrun"]
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from rocmpatch import yamlio as y
 from rocmpatch.schema import RELEASE_FILE, ReleaseInfo, load_release_info
+from rocmpatch.smoke.train_args import owned_flags
 
 PROFILED_STAGES = ("import", "ops", "train")
 DEFAULT_SCRIPT = "pretrain_gpt.py"
@@ -145,8 +146,6 @@ def load_profile(series_dir: Path) -> SmokeProfile | None:
 
 def parse_profile(node: y.Node, release: str) -> SmokeProfile:
     """The profile in release.yaml's `smoke:` node; checks what spans fields (op names, owned flags)."""
-    from rocmpatch.smoke.train import owned_flags
-
     smoke = _SMOKE.read(node)
     imports = smoke["imports"]
     both = set(imports["core"]) & set(imports["full"])

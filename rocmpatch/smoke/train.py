@@ -12,7 +12,7 @@ and a DeepSeek-shaped one). A run with --num-experts gets the expert parallel si
 of 8/4/2 dividing the experts and the workers, so the MoE token dispatch crosses them. Megatron
 compiles its dataset helpers (megatron/core/datasets/helpers.cpp) at start, with make, a C++ compiler and
 `python3 -m pybind11`, so those are checked first. Pass: every iteration logged, losses finite, the
-last below the first, for every run. GPU and CPU runs differ only in the Profile below (and the
+last below the first, for every run. GPU and CPU runs differ only in train_args.Profile (and the
 profile's cpu-args / gpu-args).
 """
 
@@ -24,30 +24,18 @@ import re
 import shutil
 import statistics
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, step, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 from rocmpatch.smoke.profile import SmokeProfile, TrainProfile, TrainRun
+from rocmpatch.smoke.train_args import expert_parallel_size, flag_value, owned_flags, pretrain_args, profile_for, tensor_parallel_size
+
+# What tests and callers read as smoke.train.X lives in train_args (profile.py needs it without the stage).
+__all__ = ["expert_parallel_size", "flag_value", "owned_flags", "pretrain_args", "profile_for", "tensor_parallel_size"]
 
 
-@dataclass(frozen=True)
-class Profile:
-    """The tiny GPT and how it runs: sized so a GPU run shows real throughput and a CPU run stays short."""
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    seq_length: int
-    micro_batch_size: int
-    vocab_size: int  # > seq_length: MockGPTDataset writes the sample length as the first token
-    iterations: int  # default of --train-iters
-    backend: str
-
-
-GPU = Profile(2, 256, 8, 256, 4, 1024, iterations=20, backend="nccl")
-CPU = Profile(2, 64, 4, 64, 4, 128, iterations=10, backend="gloo")
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
 ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
 LOSS = re.compile(r"lm loss:\s*([0-9.eE+-]+|nan|inf|-inf)", re.IGNORECASE)
@@ -55,64 +43,6 @@ TRACE_FILE = re.compile(r'File "([^"]+)", line (\d+)')
 MISSING = re.compile(r"No module named '([^']+)'")
 EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(?:Error|Exception)\b")
 NEEDS_GPU = (*CUDA_ONLY_MESSAGES, "Megatron requires CUDA")
-
-
-def profile_for(platform: str) -> Profile:
-    return CPU if platform == "cpu" else GPU
-
-
-def tensor_parallel_size(world: int, heads: int) -> int:
-    return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
-
-
-def flag_value(flags: list[str], flag: str) -> str | None:
-    """The value of the last `flag` in an argument list (`--flag value` or `--flag=value`), or None."""
-    value = None
-    for index, arg in enumerate(flags):
-        if arg == flag and index + 1 < len(flags):
-            value = flags[index + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def expert_parallel_size(world: int, tp: int, flags: list[str]) -> int:
-    """For a run with --num-experts: the largest of 8/4/2 that divides the expert count and the
-    workers left by the expert tensor parallel size (TP unless the run sets
-    --expert-tensor-parallel-size), so the alltoall dispatch crosses the GPUs; else 1."""
-    experts = flag_value(flags, "--num-experts")
-    if experts is None:
-        return 1
-    etp = int(flag_value(flags, "--expert-tensor-parallel-size") or tp)
-    return next(ep for ep in (8, 4, 2, 1) if world % (ep * etp) == 0 and int(experts) % ep == 0)
-
-
-def pretrain_args(profile: Profile, world: int, iters: int, precision: str | None, flags: list[str]) -> list[str]:
-    """The flags smoke sets for every release, then the release's `flags` (from its smoke profile),
-    then the expert parallel size of a run with experts."""
-    tp = tensor_parallel_size(world, profile.num_attention_heads)
-    m = profile
-    args = [
-        "--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
-        "--num-attention-heads", str(m.num_attention_heads), "--seq-length", str(m.seq_length),
-        "--max-position-embeddings", str(m.seq_length), "--micro-batch-size", str(m.micro_batch_size),
-        "--global-batch-size", str(m.micro_batch_size * (world // tp)),
-        "--tensor-model-parallel-size", str(tp), "--train-iters", str(iters),
-        "--lr", "1e-3", "--lr-decay-style", "constant", "--mock-data",
-        "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size), "--split", "98,1,1",
-        "--log-interval", "1", "--eval-iters", "1", "--eval-interval", str(iters + 1000),
-        "--distributed-backend", m.backend, "--seed", "1234",
-    ]
-    if precision:
-        args.append(f"--{precision}")
-    ep = expert_parallel_size(world, tp, flags)
-    return args + list(flags) + (["--expert-model-parallel-size", str(ep)] if ep > 1 else [])
-
-
-def owned_flags() -> frozenset[str]:
-    """The flags pretrain_args sets itself: a release's smoke profile may not set them again."""
-    return frozenset(a for a in pretrain_args(CPU, 2, 2, None, []) if a.startswith("--")) | {
-        "--bf16", "--fp16", "--expert-model-parallel-size"}
 
 
 def parse_log(lines: list[str]) -> list[dict[str, float]]:

@@ -13,7 +13,8 @@ import pytest
 from rocmpatch.releases import choose
 from rocmpatch.smoke import blame
 from rocmpatch.smoke.profile import load_profile
-from rocmpatch.smoke.runner import Plan, last_result, run_child, run_stages, child_env
+from rocmpatch.smoke.runner import Plan, run_stages
+from rocmpatch.smoke.supervise import child_env, last_result, run_child
 from tests.cli_process import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,7 +178,7 @@ def test_ctrl_c_stops_what_a_stage_started_through_torchrun(tmp_path):
     (tree / "megatron" / "core" / "__init__.py").write_text(textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from rocmpatch.smoke.runner import child_env, run_child
+        from rocmpatch.smoke.supervise import child_env, run_child
         torchrun = ("import subprocess, sys, time\\n"
                     "for _ in range(2):\\n"
                     "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\\n"

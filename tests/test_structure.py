@@ -1,0 +1,126 @@
+"""The package's shape: no import circles in rocmpatch/ (every import counted, function-level ones
+too: a circle is a circle even when it is deferred), and importing a module changes no global state
+of the process that imports it (a framework or a test may import rocmpatch)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rocmpatch"
+# Run by other interpreters as a script (verify --installed's `python -c`), never imported.
+SCRIPTS = {"rocmpatch.import_lookup"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The rocmpatch modules `name` imports anywhere in its body (a package's module, else the package)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    wanted: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            wanted |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            wanted |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}
+    found = set()
+    for wanted_name in wanted:
+        while wanted_name and wanted_name not in known:
+            wanted_name = wanted_name.rpartition(".")[0]
+        if wanted_name and wanted_name != name:
+            found.add(wanted_name)
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circles():
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert not circles(graph), f"import circles in rocmpatch/ (move what both need into a module of its own): {circles(graph)}"
+
+
+def test_the_circle_finder_finds_one():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+CHECK = """
+import importlib, json, os, signal, sys
+names, changed = json.loads(sys.argv[1]), {}
+watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+for name in names:
+    env, cwd, handlers = dict(os.environ), os.getcwd(), [signal.getsignal(s) for s in watched]
+    importlib.import_module(name)
+    what = [k for k in sorted(set(env) | set(os.environ)) if env.get(k) != os.environ.get(k)]
+    what += ["cwd"] if os.getcwd() != cwd else []
+    what += ["signal handlers"] if [signal.getsignal(s) for s in watched] != handlers else []
+    if what:
+        changed[name] = what
+print(json.dumps(changed))
+"""
+
+
+def test_importing_a_module_changes_no_global_state():
+    """Environment, working directory and signal handlers are as they were after each import
+    (git's safe environment is built per call; `__main__` modules are entry points, not imported)."""
+    names = sorted(name for name in modules() if name not in SCRIPTS and not name.endswith("__main__"))
+    env = {"PATH": "/usr/bin:/bin", "GIT_DIR": "/nonexistent", "GIT_CONFIG_COUNT": "0", "HOME": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(names)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {}
