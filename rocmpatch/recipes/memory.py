@@ -93,6 +93,25 @@ class Estimate:
 # ---------------------------------------------------------------- upstream's model
 
 
+# Megatron's flags that make a model hybrid (Mamba layers between the transformer ones): neither
+# upstream's model (report_theoretical_memory skips them) nor this one counts their layers.
+HYBRID_FLAGS = ("--hybrid-layer-pattern", "--hybrid-override-pattern", "--hybrid-attention-ratio", "--hybrid-mlp-ratio")
+
+
+def _hybrid_not_counted(_args) -> bool:
+    raise AssertionError("upstream's is_hybrid_model stand-in was called: estimate() refuses hybrid models itself")
+
+
+def refuse_hybrid(args: dict) -> None:
+    """InvalidInput (one line) for a hybrid Mamba-Transformer model: its Mamba layers would be counted as dense ones."""
+    hybrid = [flag for flag in HYBRID_FLAGS if args.get(flag) not in (None, False, 0, 0.0, "")]
+    if hybrid:
+        from rocmpatch.errors import InvalidInput
+
+        raise InvalidInput("the recipe's flags", f"{hybrid[0]}: a hybrid Mamba-Transformer model, whose Mamba layers the memory estimate does not count",
+                           hint="estimate it from a run's measured peak (bench/memory_estimate.py) instead; upstream's model skips hybrid models too")
+
+
 def load_upstream_model(source: bytes, origin: str) -> ModuleType:
     """theoretical_memory_usage.py as a module, without importing Megatron (or torch): its one
     relative import (is_hybrid_model, print_rank_0 from megatron/training/utils.py) gets stand-ins."""
@@ -101,7 +120,7 @@ def load_upstream_model(source: bytes, origin: str) -> ModuleType:
         parent = types.ModuleType(package)
         parent.__path__ = []
         utils = types.ModuleType(f"{package}.utils")
-        utils.is_hybrid_model = lambda args: False
+        utils.is_hybrid_model = _hybrid_not_counted  # only report_theoretical_memory asks; never called here
         utils.print_rank_0 = lambda *args, **kwargs: None
         sys.modules[package], sys.modules[f"{package}.utils"] = parent, utils
     spec = importlib.util.spec_from_loader(f"{package}.theoretical_memory_usage", loader=None, origin=origin)
@@ -362,6 +381,7 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
     upstream: megatron/training/theoretical_memory_usage.py of the release (upstream_model());
     without it the weights and optimizer states are counted by rocmpatch (same bytes per
     parameter) and the estimate says so. device: "gpu", or "cpu" for torch's CPU kernels."""
+    refuse_hybrid(args)
     a = megatron_args(args, vocab_size, world_size)
     total, per_gpu, largest, sharded = _parameters(a)
     weights_and_grads = 6 * per_gpu

@@ -81,6 +81,14 @@ def test_parameter_counts_match_the_models():
     assert 30.4 < params("qwen3-30b-a3b") < 30.6  # 30.5B
 
 
+@pytest.mark.parametrize("flag, value", [("--hybrid-layer-pattern", "M*M*"), ("--hybrid-override-pattern", "M*"), ("--hybrid-attention-ratio", 0.25)])
+def test_a_hybrid_model_is_refused_not_counted_as_dense(flag, value):
+    args = {"--num-layers": 4, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 32, flag: value}
+    with pytest.raises(InvalidInput) as refused:
+        estimate(args, 1000, 1)
+    assert flag in str(refused.value) and refused.value.exit_code == ExitCode.INVALID_INPUT
+
+
 def test_memory_estimate_shards_the_optimizer_over_data_parallel():
     args = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 32, "--micro-batch-size": 1,
             "--global-batch-size": 8, "--use-distributed-optimizer": True}
