@@ -213,6 +213,31 @@ def verify(target, installed, python, series_dir, release, overlay, as_json, ups
          as_json=as_json, upstream_url=upstream_url, strict=strict)
 
 
+@app.group(invoke_without_command=True)
+@series_dir_option
+@json_option
+@click.pass_context
+def cache(ctx, series_dir, as_json) -> None:
+    """Show what the cache holds (each entry, its size, which release needs it); 'cache prune' removes what none needs."""
+    if ctx.invoked_subcommand is None:
+        from rocmpatch.commands.cache import show
+
+        _run(show, series_dir=series_dir, as_json=as_json)
+
+
+@cache.command(name="prune")
+@click.option("--history", is_flag=True, help="Also the full upstream histories that drift and rebase fetched.")
+@click.option("--all", "everything", is_flag=True, help="Everything: pins still needed too (fetched again when used).")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@series_dir_option
+@json_option
+def cache_prune(history, everything, dry_run, series_dir, as_json) -> None:
+    """Remove pins no release here names, leftovers of killed fetches and old crash logs (entries in use are kept)."""
+    from rocmpatch.commands.cache import prune
+
+    _run(prune, series_dir=series_dir, everything=everything, history=history, dry_run=dry_run, as_json=as_json)
+
+
 @app.command()
 @target_option
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Directory for the wheel, outside the checkout [default: ./dist].")
