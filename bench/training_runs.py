@@ -64,16 +64,9 @@ class Shape:
 
     def recipe_args(self, flags: list[str]) -> dict:
         """The run's flags as a recipe's args mapping (for rocmpatch/recipes/memory.py)."""
-        argv, out, i = [*self.args(), *flags], {}, 0
-        while i < len(argv):
-            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                value = argv[i + 1]
-                out[argv[i]] = int(value) if value.isdigit() else value
-                i += 2
-            else:
-                out[argv[i]] = True
-                i += 1
-        return out
+        from rocmpatch.megatron_args import parse_argv
+
+        return parse_argv([*self.args(), *flags])
 
 
 # llama3-8b's shape (hidden 4096, SwiGLU 14336, 32 heads / 8 groups, vocab 128256, seq 8192) with fewer

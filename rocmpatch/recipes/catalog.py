@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmpatch.errors import UsageError
+from rocmpatch.megatron_args import ParallelLayout, integer, parse_argv, to_argv
 from rocmpatch.recipes.fit import ReleaseSpan
 from rocmpatch.recipes.memory import Estimate, estimate, layer_pattern, moe_layer_freq
 from rocmpatch.recipes.schema import read_recipe
+
+__all__ = ["Layout", "Recipe", "cpu_sizes", "find", "layout_problems", "load", "names", "parse_argv", "to_argv"]  # argv helpers: megatron_args's
 
 DIRECTORY = Path(__file__).resolve().parent
 
@@ -60,7 +63,7 @@ class Recipe:
             raise UsageError(f"recipe {self.name} has no layout for {gpus} GPU(s) per node", hint=f"its layouts: {have}")
         base = max(same_node, key=lambda l: l.nodes)
         args = dict(base.args)
-        batch = _int(self.merged_args(base), "--global-batch-size", 1) * nodes
+        batch = integer(self.merged_args(base), "--global-batch-size", 1) * nodes
         if batch % base.nodes:
             raise UsageError(f"recipe {self.name}: layout {base.name}'s global batch does not scale to {nodes} node(s)",
                              hint=f"use a multiple of {base.nodes} nodes, or add a layout for {nodes} node(s) to a copy of {self.path}")
@@ -112,8 +115,8 @@ def cpu_sizes(args: dict, layers: int = 2) -> dict:
     it, small latent ranks and heads."""
     sizes = {flag: value for flag, value in CPU_SIZES.items() if flag in args}
     if "--num-experts" in args:
-        sizes["--num-experts"] = min(4, _int(args, "--num-experts", 4))
-        sizes["--moe-router-topk"] = min(2, _int(args, "--moe-router-topk", 2))
+        sizes["--num-experts"] = min(4, integer(args, "--num-experts", 4))
+        sizes["--moe-router-topk"] = min(2, integer(args, "--moe-router-topk", 2))
         if "--moe-layer-freq" in args:  # the recipe's first layer (layer 0 is MoE for a frequency N)
             freq = moe_layer_freq(args["--moe-layer-freq"], None)
             first = freq[0] if isinstance(freq, list) else 1
@@ -121,73 +124,17 @@ def cpu_sizes(args: dict, layers: int = 2) -> dict:
     return sizes
 
 
-def to_argv(args: dict) -> list[str]:
-    """{'--bf16': True, '--lr': 3e-4, '--x': False, '--data-path': ('0.7', 'a')} ->
-    ['--bf16', '--lr', '0.0003', '--data-path', '0.7', 'a']."""
-    argv: list[str] = []
-    for flag, value in args.items():
-        if value is True:
-            argv.append(flag)
-        elif value is False or value is None:
-            continue
-        elif isinstance(value, (tuple, list)):
-            argv += [flag, *map(str, value)]
-        else:
-            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return argv
-
-
-def parse_argv(argv: list[str] | tuple[str, ...]) -> dict:
-    """Megatron flags given on the command line (after `--`) as recipe args: a flag alone is a
-    switch (True), one value a string, several values a tuple (`--data-path 0.7 a 0.3 b`)."""
-    args: dict = {}
-    flag = None
-    for token in argv:
-        if token.startswith("--") and len(token) > 2:
-            flag, value = token.split("=", 1) if "=" in token else (token, None)
-            args[flag] = True if value is None else value
-        elif flag is None:
-            raise UsageError(f"{token!r} after -- is not a Megatron flag", hint="write Megatron's flags as --name value")
-        elif args[flag] is True:
-            args[flag] = token
-        else:
-            previous = args[flag]
-            args[flag] = (*previous, token) if isinstance(previous, tuple) else (previous, token)
-    return args
-
-
-def _int(args: dict, flag: str, default: int) -> int:
-    return int(args.get(flag, default))
-
-
 def layout_problems(args: dict, world: int, *, for_estimate: bool = True) -> list[str]:
     """What makes Megatron refuse these args on `world` GPUs (and, `for_estimate`, what makes the
     memory estimate meaningless)."""
-    tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
-    ep, cp = _int(args, "--expert-model-parallel-size", 1), _int(args, "--context-parallel-size", 1)
-    problems = []
-    if world % (tp * pp * cp):
-        problems.append(f"{world} GPUs are not a multiple of TP {tp} x PP {pp} x CP {cp}")
-    else:
-        dp = world // (tp * pp * cp)
-        mbs, gbs = _int(args, "--micro-batch-size", 1), _int(args, "--global-batch-size", 1)
-        if gbs % (mbs * dp):
-            problems.append(f"global batch {gbs} is not a multiple of micro batch {mbs} x data parallel {dp}")
-    if _int(args, "--num-layers", 1) % pp:
-        problems.append(f"layers not divisible by PP {pp}")
-    if _int(args, "--num-attention-heads", 1) % tp or _int(args, "--num-query-groups", tp) % tp:
-        problems.append(f"attention heads / query groups not divisible by TP {tp}")
-    etp = _int(args, "--expert-tensor-parallel-size", tp)
-    if ep > 1 and (_int(args, "--num-experts", 0) % ep or world % (ep * etp * pp)):
-        problems.append(f"experts or GPUs not divisible by EP {ep}")
-    if cp > 1 and _int(args, "--seq-length", 0) % (2 * cp * tp):
-        problems.append(f"sequence length not divisible by 2 x CP {cp} x TP {tp} (each CP rank holds two chunks, split over TP)")
-    layers = _int(args, "--num-layers", 1)
+    layout = ParallelLayout.of(args, world)
+    problems = layout.problems(args)
+    layers = integer(args, "--num-layers", 1)
     try:
         layer_pattern(moe_layer_freq(args.get("--moe-layer-freq", 1), layers), layers)
     except ValueError as exc:
         problems.append(str(exc))
-    if for_estimate and tp > 1 and not args.get("--sequence-parallel"):
+    if for_estimate and layout.tp > 1 and not args.get("--sequence-parallel"):
         problems.append("TP > 1 without --sequence-parallel (the memory estimate and upstream's advice assume it)")
     return problems
 

@@ -60,6 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
+from rocmpatch.megatron_args import ParallelLayout, integer
+
 GIB = 1 << 30
 UPSTREAM_MODEL = "megatron/training/theoretical_memory_usage.py"
 CPU_NORM_EXTRA = 5  # x h bytes per token: torch's composite rms_norm on the CPU keeps fp32 copies
@@ -158,40 +160,35 @@ def upstream_model(release: str, target: Path | None = None) -> ModuleType | Non
 # ---------------------------------------------------------------- the arguments
 
 
-def _int(args: dict, flag: str, default: int = 0) -> int:
-    value = args.get(flag, default)
-    return int(value) if value not in (None, False) else default
-
-
 def megatron_args(args: dict, vocab_size: int, world_size: int) -> SimpleNamespace:
     """The fields upstream's model reads, from recipe flags and Megatron's defaults."""
-    h, heads = _int(args, "--hidden-size"), _int(args, "--num-attention-heads")
-    tp, pp = _int(args, "--tensor-model-parallel-size", 1), _int(args, "--pipeline-model-parallel-size", 1)
-    cp = _int(args, "--context-parallel-size", 1)
-    divisible = _int(args, "--make-vocab-size-divisible-by", 128) * tp
-    padded = -(-_int(args, "--vocab-size", vocab_size) // divisible) * divisible
-    experts = _int(args, "--num-experts") or None
-    ffn = _int(args, "--ffn-hidden-size", 4 * h)
+    h, heads = integer(args, "--hidden-size"), integer(args, "--num-attention-heads")
+    layout = ParallelLayout.of(args, world_size)
+    tp, pp, cp = layout.tp, layout.pp, layout.cp
+    divisible = integer(args, "--make-vocab-size-divisible-by", 128) * tp
+    padded = -(-integer(args, "--vocab-size", vocab_size) // divisible) * divisible
+    experts = integer(args, "--num-experts") or None
+    ffn = integer(args, "--ffn-hidden-size", 4 * h)
     gqa = bool(args.get("--group-query-attention"))
-    layers = _int(args, "--num-layers")
+    layers = integer(args, "--num-layers")
     return SimpleNamespace(
         num_layers=layers, hidden_size=h, ffn_hidden_size=ffn, num_attention_heads=heads,
-        kv_channels=_int(args, "--kv-channels", h // heads if heads else 0), group_query_attention=gqa,
-        num_query_groups=_int(args, "--num-query-groups", heads) if gqa else heads, swiglu=bool(args.get("--swiglu")),
+        kv_channels=integer(args, "--kv-channels", h // heads if heads else 0), group_query_attention=gqa,
+        num_query_groups=integer(args, "--num-query-groups", heads) if gqa else heads, swiglu=bool(args.get("--swiglu")),
         normalization=args.get("--normalization", "LayerNorm"), add_bias_linear=not args.get("--disable-bias-linear"),
         untie_embeddings_and_output_weights=bool(args.get("--untie-embeddings-and-output-weights")), padded_vocab_size=padded,
-        seq_length=_int(args, "--seq-length"), micro_batch_size=_int(args, "--micro-batch-size", 1),
-        num_experts=experts, moe_ffn_hidden_size=_int(args, "--moe-ffn-hidden-size", ffn) if experts else None,
-        moe_layer_freq=moe_layer_freq(args.get("--moe-layer-freq", 1), layers), moe_router_topk=_int(args, "--moe-router-topk", 2),
-        moe_shared_expert_intermediate_size=_int(args, "--moe-shared-expert-intermediate-size") or None,
+        seq_length=integer(args, "--seq-length"), micro_batch_size=integer(args, "--micro-batch-size", 1),
+        num_experts=experts, moe_ffn_hidden_size=integer(args, "--moe-ffn-hidden-size", ffn) if experts else None,
+        moe_layer_freq=moe_layer_freq(args.get("--moe-layer-freq", 1), layers), moe_router_topk=integer(args, "--moe-router-topk", 2),
+        moe_shared_expert_intermediate_size=integer(args, "--moe-shared-expert-intermediate-size") or None,
         moe_latent_size=None, moe_shared_expert_gate=bool(args.get("--moe-shared-expert-gate")),
-        mtp_num_layers=_int(args, "--mtp-num-layers") or None, qk_layernorm=bool(args.get("--qk-layernorm")),
-        multi_latent_attention=bool(args.get("--multi-latent-attention")), q_lora_rank=_int(args, "--q-lora-rank") or None,
-        kv_lora_rank=_int(args, "--kv-lora-rank", 32), qk_head_dim=_int(args, "--qk-head-dim", 128),
-        qk_pos_emb_head_dim=_int(args, "--qk-pos-emb-head-dim", 64), v_head_dim=_int(args, "--v-head-dim", 128),
+        mtp_num_layers=integer(args, "--mtp-num-layers") or None, qk_layernorm=bool(args.get("--qk-layernorm")),
+        multi_latent_attention=bool(args.get("--multi-latent-attention")), q_lora_rank=integer(args, "--q-lora-rank") or None,
+        kv_lora_rank=integer(args, "--kv-lora-rank", 32), qk_head_dim=integer(args, "--qk-head-dim", 128),
+        qk_pos_emb_head_dim=integer(args, "--qk-pos-emb-head-dim", 64), v_head_dim=integer(args, "--v-head-dim", 128),
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, world_size=world_size,
-        data_parallel_size=world_size // (tp * pp * cp), expert_model_parallel_size=_int(args, "--expert-model-parallel-size", 1),
-        expert_tensor_parallel_size=_int(args, "--expert-tensor-parallel-size", tp),
+        data_parallel_size=world_size // (tp * pp * cp), expert_model_parallel_size=layout.ep,
+        expert_tensor_parallel_size=layout.expert_tp,
         virtual_pipeline_model_parallel_size=None, use_distributed_optimizer=bool(args.get("--use-distributed-optimizer")),
         sequence_parallel=bool(args.get("--sequence-parallel")), recompute_granularity=args.get("--recompute-granularity"),
     )
@@ -403,7 +400,7 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
     tokens = s * b / a.context_parallel_size  # this rank's
     stage = moe_pattern(a)[:max(1, a.num_layers // pp)]  # the first stage's layers
     layers = [_layer_bytes_per_token(a, args, device, moe=bool(kind)) * tokens / tp for kind in stage]
-    microbatches = max(1, _int(args, "--global-batch-size", b) // (b * a.data_parallel_size))
+    microbatches = max(1, integer(args, "--global-batch-size", b) // (b * a.data_parallel_size))
     in_flight = min(pp, microbatches)
     if a.recompute_granularity == "full":
         activations = len(stage) * in_flight * 2 * tokens * h / tp + max(layers)

@@ -316,17 +316,27 @@ def _run_core_attention(torch, variant: str, device, dtype):
             ("backward value", v.grad, ref_dv)]
 
 
-# Attention shapes of the recipes per GPU (rocmpatch/recipes/*.yaml: query heads / TP, key-value
-# groups / TP, head dim, sequence, and the value head dim where it differs: multi-latent attention):
-# tests/smoke/test_attention_kernels.py keeps this list complete.
-RECIPE_ATTENTION_SHAPES = (
-    ("llama3-8b", 32, 8, 128, 8192),
-    ("mixtral-8x7b", 32, 8, 128, 4096),
-    ("llama3-70b at TP 8", 8, 1, 128, 8192),
-    ("small-radeon", 16, 4, 64, 2048),
-    ("qwen3-30b-a3b", 32, 4, 128, 4096),
-    ("deepseek-v2-lite MLA", 16, 16, 192, 4096, 128),
-)
+def recipe_attention_shapes() -> tuple[tuple, ...]:
+    """The attention shape one GPU computes in each layout of each bundled recipe
+    (rocmpatch/recipes/*.yaml), once each: (label, query heads / TP, key-value groups / TP, head dim,
+    sequence / CP[, value head dim where it differs: multi-latent attention])."""
+    from rocmpatch.megatron_args import AttentionShape, ParallelLayout
+    from rocmpatch.recipes.catalog import find, names
+
+    shapes: dict[tuple, str] = {}
+    for name in names():
+        recipe = find(name)
+        for layout in recipe.layouts:
+            args = recipe.merged_args(layout)
+            parallel = ParallelLayout.of(args, layout.world_size)
+            shape = AttentionShape.of(args, parallel)
+            key = (shape.heads, shape.groups, shape.head_dim, shape.seq, *((shape.v_head_dim,) if shape.v_head_dim else ()))
+            label = name + (f" at TP {parallel.tp}" if parallel.tp > 1 else "") + (f" CP {parallel.cp}" if parallel.cp > 1 else "")
+            shapes.setdefault(key, label)
+    return tuple((label, *key) for key, label in shapes.items())
+
+
+RECIPE_ATTENTION_SHAPES = recipe_attention_shapes()
 
 
 def _no_fused_kernel(torch, exc: BaseException, caught, device, shape: str) -> str:

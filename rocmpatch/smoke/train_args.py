@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocmpatch.megatron_args import flag_value
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -31,17 +33,6 @@ def profile_for(platform: str) -> Profile:
 
 def tensor_parallel_size(world: int, heads: int) -> int:
     return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
-
-
-def flag_value(flags: list[str], flag: str) -> str | None:
-    """The value of the last `flag` in an argument list (`--flag value` or `--flag=value`), or None."""
-    value = None
-    for index, arg in enumerate(flags):
-        if arg == flag and index + 1 < len(flags):
-            value = flags[index + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
 
 
 def expert_parallel_size(world: int, tp: int, flags: list[str]) -> int:

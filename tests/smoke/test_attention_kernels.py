@@ -1,5 +1,5 @@
 """smoke's attention-kernel check (op_checks.core-attention-kernels): the shapes it forces onto the flash
-and memory-efficient kernels cover every recipe, and a fall to the math path fails with PyTorch's reason
+and memory-efficient kernels are every recipe's, and a fall to the math path fails with PyTorch's reason
 and the variable to set. The check itself runs in tests/series/core_v0_19_0/test_smoke_ops.py (CPU)."""
 
 from __future__ import annotations
@@ -7,28 +7,19 @@ from __future__ import annotations
 import warnings
 from types import SimpleNamespace
 
-import pytest
 
-from rocmpatch.recipes.catalog import find, names
+from rocmpatch.recipes.catalog import names
 from rocmpatch.smoke.op_checks import RECIPE_ATTENTION_SHAPES, ROCM_EXPERIMENTAL_ATTENTION, _no_fused_kernel
 
 
-@pytest.mark.parametrize("name", names())
-def test_every_recipe_layout_has_its_attention_shape_checked(name):
-    recipe = find(name)
-    covered = {shape[1:] for shape in RECIPE_ATTENTION_SHAPES}
-    for layout in recipe.layouts:
-        args = recipe.merged_args(layout)
-        tp = int(args.get("--tensor-model-parallel-size", 1))
-        heads = int(args["--num-attention-heads"])
-        groups = int(args.get("--num-query-groups", heads))
-        cp = int(args.get("--context-parallel-size", 1))  # each GPU's blocks: its s/CP queries
-        head_dim = int(args.get("--kv-channels", int(args["--hidden-size"]) // heads))
-        shape = (heads // tp, groups // tp, head_dim, int(args["--seq-length"]) // cp)
-        if args.get("--multi-latent-attention"):  # query/key heads of qk + RoPE dims, value heads apart
-            qk = int(args.get("--qk-head-dim", 128)) + int(args.get("--qk-pos-emb-head-dim", 64))
-            shape = (heads // tp, heads // tp, qk, int(args["--seq-length"]) // cp, int(args.get("--v-head-dim", 128)))
-        assert shape in covered, (name, layout.name, shape)
+def test_the_shapes_are_derived_from_every_recipe_layout():
+    """Derived (rocmpatch.megatron_args.AttentionShape per layout), deduplicated: llama3-8b-32k's
+    CP 4 gives each GPU llama3-8b's 8192 tokens; llama3-70b's TP 8 one query group per GPU."""
+    assert {shape[1:] for shape in RECIPE_ATTENTION_SHAPES} == {
+        (32, 8, 128, 8192), (32, 8, 128, 4096), (8, 1, 128, 8192), (16, 4, 64, 2048), (32, 4, 128, 4096), (16, 16, 192, 4096, 128)}
+    labels = [shape[0] for shape in RECIPE_ATTENTION_SHAPES]
+    assert "llama3-70b at TP 8" in labels and len(labels) == len(set(labels))
+    assert {label.split(" ")[0] for label in labels} <= set(names())
 
 
 def fake_torch(hip: str | None, arch: str = "gfx1100"):
