@@ -75,12 +75,58 @@ def path_limit(path: Path, name: str, default: int) -> int:
         return default
 
 
-def open_target(directory: Path) -> gitcmd.Repo:
-    """The target checkout at `directory`: a git repository with a working tree, given by its top."""
-    repo = gitcmd.open_repo(directory)
+APPLY_MAKES = "apply makes a new checkout in a directory that does not exist yet (or is empty)"
+
+
+def open_target(directory: Path, *, creating: bool = False) -> gitcmd.Repo:
+    """The target checkout at `directory`: a git repository with a working tree, given by its top.
+    Otherwise one refusal saying what the path is (not_a_checkout); `creating`: apply's hints."""
+    try:
+        repo = gitcmd.open_repo(directory)
+    except gitcmd.NotARepository:
+        raise not_a_checkout(directory, creating=creating) from None
     if repo.bare or repo.working_tree_dir is None:
         raise TargetRefused(f"{directory}: is a bare git repository (it has no working tree)", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet")
     return repo
+
+
+def enclosing_top(path: Path) -> Path | None:
+    """The top of the working tree `path` lies below (the nearest parent holding a .git), or None."""
+    for parent in Path(os.path.abspath(path)).parents:
+        if os.path.lexists(parent / ".git"):
+            return parent
+    return None
+
+
+def not_a_checkout(directory: Path, *, creating: bool = False, needs: str | None = None) -> TargetRefused:
+    """What `directory` is, given as a target that is no checkout's top (or, with `needs`, has no
+    such file): missing, a file, inside a checkout (naming its top), or a directory that is none.
+    `creating`: for apply, which makes a checkout where nothing is yet."""
+    shown = _shown(directory)
+    if not os.path.lexists(directory):
+        return TargetRefused(f"{shown}: does not exist", hint="give the checkout `rocmpatch apply --target DIR` made (apply creates it)")
+    if not os.path.isdir(directory):
+        kind = "a file" if os.path.isfile(directory) else "not a directory"
+        return TargetRefused(f"{shown}: is {kind}, not a checkout's directory",
+                             hint=APPLY_MAKES if creating else "give the checkout's directory")
+    top = enclosing_top(directory)
+    if needs and (top is None or not (top / needs).is_file()):
+        return TargetRefused(f"{shown}: has no {needs}, so it is no Megatron-LM tree",
+                             hint="give the checkout `rocmpatch apply --target DIR` made")
+    if top is not None:
+        fix = f"give --target {_shown(top)}"
+        return TargetRefused(f"{shown}: is inside the checkout {_shown(top)}, not its top",
+                             hint=f"{fix}; or, for a new checkout, {APPLY_MAKES}" if creating else fix)
+    return TargetRefused(f"{shown}: is a directory but no git checkout",
+                         hint=f"{APPLY_MAKES}: give one, e.g. --target {_shown(directory / 'Megatron-LM')}" if creating
+                         else "give the checkout `rocmpatch apply --target DIR` made")
+
+
+def require_tree(directory: Path, needs: str) -> None:
+    """TargetRefused, saying what `directory` is, unless it holds the file `needs` (a Megatron-LM
+    tree for smoke, recipe launch and data prepare: git or not)."""
+    if not (directory / needs).is_file():
+        raise not_a_checkout(directory, needs=needs)
 
 
 def require_writable(repo: gitcmd.Repo, paths: Iterable[str] = ()) -> None:

@@ -135,7 +135,7 @@ def test_open_repo_refuses_in_one_line(tmp_path, name):
     with pytest.raises(TargetRefused) as refused:
         gitcmd.open_repo(path)
     assert refused.value.message == f"{path}: not a git repository"
-    assert refused.value.hint == "give a checkout made by 'rocmpatch apply', or a directory that does not exist yet"
+    assert refused.value.hint == "give a checkout made by 'rocmpatch apply'"  # what the path is: rocmpatch.target
 
 
 def test_init_repo(tmp_path):

@@ -16,8 +16,10 @@ def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_
     if result.recovered:
         out.print(recovered_line(result.recovered), markup=False)
     verb = "would apply" if dry_run else "applied"
-    if result.created and not dry_run:
-        out.print(f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)
+    if result.created:
+        where = "it does not exist yet" if not result.target.exists() else "an empty directory"
+        out.print(f"would create {result.target} ({where}) at the pinned commit of {loaded.location.release}" if dry_run
+                  else f"created {result.target} at the pinned commit of {loaded.location.release}", markup=False)
     layers = {p.name: p.layer for p in loaded.patches}
     if not result.applied:  # one line, not one per patch
         out.print(f"{result.target}: the whole series is already applied ({_count(result.already)} of {loaded.describe()}); nothing to do", markup=False)

@@ -10,10 +10,11 @@ from rich.text import Text
 
 from rocmpatch.commands import selected
 from rocmpatch.console import emit_json, err, is_terminal, note, out
-from rocmpatch.errors import EnvironmentProblem, ExitCode, TargetRefused, UsageError
+from rocmpatch.errors import EnvironmentProblem, ExitCode, UsageError
 from rocmpatch.smoke import devices
 from rocmpatch.smoke.profile import no_profile_reason, profile_of
 from rocmpatch.smoke.runner import Interrupted, Plan, StageResult, run_stages
+from rocmpatch.target import require_tree
 from rocmpatch.tables import Table
 
 DEVICES = ("auto", "rocm", "cuda", "cpu")
@@ -32,9 +33,7 @@ def run(*, target: Path, gpus: str | None = None, device: str = "auto", train_it
     if train_iters is not None and train_iters < 2:
         raise UsageError(f"--train-iters {train_iters}: needs at least 2 iterations to see the loss fall")
     target = target.expanduser().absolute()
-    if not (target / "megatron" / "core" / "__init__.py").is_file():
-        raise TargetRefused(f"{target} is not a Megatron-LM tree: it has no megatron/core/__init__.py",
-                            hint="pass the patched checkout made by 'rocmpatch apply --target DIR'")
+    require_tree(target, "megatron/core/__init__.py")
     if importlib.util.find_spec("torch") is None:
         raise EnvironmentProblem("smoke needs PyTorch, which is not installed in this Python",
                                  hint=devices.ROCM_INSTALL)

@@ -21,6 +21,7 @@ from typing import Callable
 
 from rocmpatch.data.tokenizer import GPT2_TYPE, HF_TYPE, last_error_line
 from rocmpatch.errors import EnvironmentProblem, TargetRefused
+from rocmpatch.target import require_tree
 from rocmpatch.processes import dying_with_us
 
 SCRIPT = Path("tools") / "preprocess_data.py"
@@ -48,10 +49,8 @@ class TreeAbilities:
 
 
 def script_of(tree: Path) -> Path:
-    script = tree / SCRIPT
-    if not script.is_file():
-        raise TargetRefused(f"{tree}: no {SCRIPT} here", hint="give --target the Megatron-LM checkout made by `rocmpatch apply`")
-    return script
+    require_tree(tree, SCRIPT.as_posix())  # missing, a file, inside a checkout, or no tools/preprocess_data.py
+    return tree / SCRIPT
 
 
 def child_environment(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -11,6 +11,7 @@ working_tree (status, moving between trees), history_walk (drift) and merge (reb
 
 # core first: it sets up the environment every git process gets.
 from rocmpatch.gitcmd.core import (
+    NotARepository,
     Repo,
     init_repo,
     open_repo,
@@ -89,7 +90,7 @@ from rocmpatch.gitcmd.working_tree import (
 
 __all__ = [
     "GITLINK_MODE", "REGULAR_MODE", "SYMLINK_MODE",
-    "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "PathChange", "Rename", "Repo", "TreeReader",
+    "CommitInfo", "Entry", "Identity", "MailInfo", "MergeResult", "NotARepository", "PathChange", "Rename", "Repo", "TreeReader",
     "add_worktree", "blob_id", "changed_paths", "check_url", "commit_date", "commit_info", "commit_links",
     "commit_tree", "copy_objects", "diff_trees", "dirty_paths", "export_tree", "fetch_commit", "fetch_ref", "first_parent_line",
     "force_tree", "format_patch", "git_dir", "has_object", "hash_files", "head_commit", "hidden_edits", "ignored_paths", "init_borrowing_repo",

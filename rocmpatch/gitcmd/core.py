@@ -291,8 +291,17 @@ def _where(repo: Repo | Path) -> str:
     return repo.cwd if isinstance(repo, Repo) else str(repo)
 
 
-def _not_a_repository(path: Path) -> TargetRefused:
-    return TargetRefused(f"{path}: not a git repository", hint="give a checkout made by 'rocmpatch apply', or a directory that does not exist yet")
+class NotARepository(TargetRefused):
+    """`path` is no repository: missing, a file, a directory below a checkout's top, or one git
+    knows nothing of (rocmpatch.target says which, for the command at hand)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path}: not a git repository", hint="give a checkout made by 'rocmpatch apply'")
+        self.path = path
+
+
+def _not_a_repository(path: Path) -> NotARepository:
+    return NotARepository(path)
 
 
 def open_repo(path: Path) -> Repo:

@@ -44,7 +44,7 @@ def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = N
     directory = directory.absolute()
     if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
         return _apply_new(loaded, lock, directory, url_override, dry_run)
-    repo = target.open_target(directory)
+    repo = target.open_target(directory, creating=True)
     if Path(repo.working_tree_dir or "").resolve() != directory.resolve():
         raise TargetRefused(f"{directory}: is inside the git repository {repo.working_tree_dir}, not its top", hint="give the checkout's top directory")
     target.require_writable(repo)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmpatch.errors import TargetRefused, UsageError
+from rocmpatch.errors import UsageError
 from rocmpatch.launchers import Launch, torchrun
 from rocmpatch.recipes import fit
 from rocmpatch.recipes.catalog import Recipe, layout_problems, parse_argv, to_argv
 from rocmpatch.recipes.schema import typed_command_line_args
+from rocmpatch.target import require_tree
 
 DATA_HINT = "docs/training.md, 'Tokenizer and data', says which tokenizer each recipe expects and how to preprocess a corpus"
 # Hide every GPU from a --device cpu run: the patched tree trains on CPU only when none is visible.
@@ -97,8 +98,7 @@ def plan(recipe: Recipe, request: LaunchRequest) -> RecipeLaunch:
         if problems:
             raise UsageError(f"after --: {'; '.join(problems)}", hint=f"on {request.nodes} x {gpus_per_node} GPUs; change the flags after --, or --gpus-per-node/--nodes")
     target = request.target
-    if not (target / "pretrain_gpt.py").is_file():
-        raise TargetRefused(f"{target}: no pretrain_gpt.py here", hint="give --target the Megatron-LM checkout patched by `rocmpatch apply`")
+    require_tree(target, "pretrain_gpt.py")
     # Given on the command line (after --, or by --data-path, --mock-data, --save...): never left out.
     given = {flag for flag in args if flag in extra or base.get(flag, object()) != args[flag]}
     fitted = fit.to_tree(recipe, target, args, given)

@@ -152,21 +152,21 @@ def test_refuses_directory_that_is_not_a_repo(cli, tmp_path):
     (target / "file").write_text("x")
     result = cli("apply", "--target", str(target))
     assert result.exit_code == ExitCode.TARGET_REFUSED
-    assert "not a git repository" in result.stderr
+    assert f"{target}: is a directory but no git checkout" in result.stderr
     assert sorted(p.name for p in target.iterdir()) == ["file"]
 
 
 
 def test_refuses_a_directory_inside_a_checkout(cli, tmp_path):
-    """Only a checkout's top is a target: a directory below it is refused as no repository (as
-    GitPython's Repo(path) refused it), before anything is written, by every command."""
+    """Only a checkout's top is a target: a directory below it is refused, naming the top, before
+    anything is written, by every command."""
     target = tmp_path / "t"
     assert cli("apply", "--target", str(target)).exit_code == 0
     before = subprocess.run(["git", "-C", str(target), "status", "--porcelain"], check=True, capture_output=True, text=True).stdout
     for command in ("apply", "unapply", "verify", "status"):
         result = cli(command, "--target", str(target / "pkg"))
         assert result.exit_code == ExitCode.TARGET_REFUSED, (command, result.output)
-        assert f"{target / 'pkg'}: not a git repository" in result.stderr, command
+        assert f"{target / 'pkg'}: is inside the checkout {target}, not its top" in result.stderr, command
     assert subprocess.run(["git", "-C", str(target), "status", "--porcelain"], check=True, capture_output=True, text=True).stdout == before
 
 def test_conflict_leaves_target_as_it_was(cli, project, upstream, tmp_path):

@@ -252,7 +252,7 @@ def test_ctrl_c_while_an_error_is_reported_keeps_the_errors_code(project, tmp_pa
     result = run_rocmpatch("verify", "--target", str(tmp_path / "plain"), "--series-dir", str(project.series_dir),
                            env={"ROCMPATCH_TEST_INTERRUPT_AT": "answered"})
     assert result.returncode == ExitCode.TARGET_REFUSED, result.stderr
-    assert "not a git repository" in result.stderr and "interrupted" not in result.stderr
+    assert "is a directory but no git checkout" in result.stderr and "interrupted" not in result.stderr
 
 
 def test_ctrl_c_after_apply_printed_success_exits_0(project, tmp_path):

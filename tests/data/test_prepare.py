@@ -171,7 +171,7 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, tree, corpus, args, c
 def test_a_tree_without_the_script_is_refused(tmp_path, corpus):
     result = prepare(tmp_path, str(corpus), "-t", str(tmp_path), "-o", str(tmp_path / "d"), "--train-tokenizer")
     assert result.exit_code == ExitCode.TARGET_REFUSED
-    assert f"{tmp_path.absolute()}: no tools/preprocess_data.py here" in result.stderr
+    assert f"{tmp_path.absolute()}: has no tools/preprocess_data.py, so it is no Megatron-LM tree" in result.stderr
 
 
 def test_a_hub_name_not_in_the_cache_is_refused_within_seconds_with_the_download_line(tmp_path, tree, corpus):
