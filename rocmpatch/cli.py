@@ -430,7 +430,7 @@ def recipe_show(name, as_json) -> None:
 @recipe.command("launch")
 @RECIPE_NAME
 @target_option
-@gpus_per_node_option("8; 2 processes with --device cpu")
+@gpus_per_node_option("the GPUs torch sees here, else 8; 2 processes on the CPU")
 @nodes_option
 @click.option("--slurm", is_flag=True, help="Start with `srun torchrun` inside a Slurm allocation.")
 @click.option("--dry-run", is_flag=True, help="Print the command line; run nothing.")
@@ -438,8 +438,9 @@ def recipe_show(name, as_json) -> None:
 @click.option("--tokenizer", metavar="MODEL", help="The tokenizer the data was preprocessed with: a Hugging Face name or a local folder (--tokenizer-model).")
 @click.option("--mock-data", is_flag=True, help="Synthetic data and a NullTokenizer: no files needed.")
 @click.option("--save", metavar="DIR", help="Save checkpoints to DIR and resume from it (--save DIR --load DIR, --save-interval: the recipe's --eval-interval); the learning-rate schedule follows this run's flags, so a resumed run may use a larger --train-iters.")
-@click.option("--device", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
-              help="cpu: the recipe's architecture at a tiny size (2 layers, hidden 64), over gloo on this machine's CPU, for a try.")
+@click.option("--device", type=click.Choice(["auto", "gpu", "cpu"]), default="auto", show_default=True,
+              help="auto: the GPUs torch sees here, else the CPU (as smoke and preflight). cpu: the recipe's architecture at a tiny "
+                   "size (2 layers, hidden 64), over gloo on this machine's CPU, for a try.")
 @click.argument("megatron_args_after", nargs=-1, type=click.UNPROCESSED, metavar="[-- MEGATRON_ARGS...]")
 def recipe_launch(name, target, gpus_per_node, deprecated_gpus, nodes, slurm, dry_run, data_path, tokenizer, mock_data, save, device,
                   megatron_args_after) -> None:

@@ -11,6 +11,7 @@ shlex) that, pasted, runs the same vector; run, it goes to the program with no s
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -75,6 +76,16 @@ class Launch:
 
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**(os.environ if base is None else base), **dict(self.env)}
+
+
+def visible_gpus() -> int | None:
+    """The GPUs torch sees in this Python (HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES applied), or
+    None without torch: what `--device auto` and the launch checks go by."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 MASTER_ADDR_HINT = "a host every node can reach (e.g. the first node); --dry-run prints the lines that set it"

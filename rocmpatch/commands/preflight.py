@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from rocmpatch import launchers
@@ -16,11 +15,7 @@ NODE_GPUS = 8  # a launch line for other nodes, printed where torch sees no GPU 
 
 def _gpus_here(device: str) -> int:
     """The GPUs torch sees on this machine (0 with --device cpu, without torch, or without a GPU)."""
-    if device == "cpu" or importlib.util.find_spec("torch") is None:
-        return 0
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return 0 if device == "cpu" else launchers.visible_gpus() or 0
 
 
 def _printed_count(device: str, nodes: int, slurm: bool) -> int:

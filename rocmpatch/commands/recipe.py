@@ -59,7 +59,8 @@ def run_show(*, name: str, as_json: bool) -> ExitCode:
 def run_launch(*, name: str, target: Path, gpus_per_node: int | None, nodes: int, slurm: bool, dry_run: bool, device: str,
                data_path: str | None, tokenizer: str | None, mock_data: bool, save: str | None,
                megatron_args_after: tuple[str, ...] = ()) -> ExitCode:
-    request = LaunchRequest(target, gpus_per_node, nodes, slurm, device, data_path, tokenizer, mock_data, save, tuple(megatron_args_after))
+    request = LaunchRequest(target, gpus_per_node, nodes, slurm, device, data_path, tokenizer, mock_data, save, tuple(megatron_args_after),
+                            dry_run=dry_run)
     planned = launch.plan(find(name), request)
     for line in planned.notes:
         note(line)

@@ -234,6 +234,9 @@ class _Checks:
 
     def __init__(self, tree: Path, work: Path, choice: TokenizerChoice) -> None:
         self.tree, self.choice, self.answer = tree, choice, None
+        uncached = tokenizers.not_cached(choice.value) if choice.kind == tokenizers.HUB else None
+        if uncached:  # surely not loadable offline: said at once, before any child starts
+            tokenizers.refuse_unloadable(choice, uncached)
         self.help = preprocess.start_help(tree, work)
         self.probe = tokenizers.start_probe(choice)
         if self.probe is None and choice.kind == tokenizers.HUB:

@@ -122,16 +122,34 @@ def transformers_missing(value: str) -> EnvironmentProblem:
                               "which is not installed: pip install transformers")
 
 
-def refuse_unloadable(choice: TokenizerChoice, reason: str) -> None:
+def refuse_unloadable(choice: TokenizerChoice, reason: str, *, never_downloads: str = "this command never downloads",
+                      otherwise: str = "; or --train-tokenizer") -> None:
     """One line for a given tokenizer that does not load offline: what it needs, and the fix."""
     if choice.kind == HUB:
         short = choice.value.rsplit("/", 1)[-1]
         raise EnvironmentProblem(
-            f"tokenizer {choice.value} is not in the local Hugging Face cache, and this command never downloads: "
+            f"tokenizer {choice.value} is not in the local Hugging Face cache, and {never_downloads}: "
             f"it needs the network (and a token, HF_TOKEN, if the repository is gated) or a local folder ({reason})",
-            hint=f"where there is network: {hf_download_line(choice.value)}, then --tokenizer tokenizers/{short}; or --train-tokenizer")
+            hint=f"where there is network: {hf_download_line(choice.value)}, then --tokenizer tokenizers/{short}{otherwise}")
     raise InvalidInput(choice.value, f"not a Hugging Face tokenizer folder that loads offline ({reason})",
-                       hint=f"a folder written by save_pretrained (tokenizer.json, tokenizer_config.json), as {hf_download_line('ORG/NAME')} writes; or --train-tokenizer")
+                       hint=f"a folder written by save_pretrained (tokenizer.json, tokenizer_config.json), as {hf_download_line('ORG/NAME')} writes{otherwise}")
+
+
+def hub_cache() -> Path:
+    """Where huggingface_hub keeps downloaded repositories (its own order of variables)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    base = Path(os.environ["XDG_CACHE_HOME"]).expanduser() if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def not_cached(name: str) -> str | None:
+    """Why a hub name surely does not load offline (no entry for it in the cache), without starting
+    transformers; None when the cache has an entry (the probe then decides)."""
+    entry = hub_cache() / f"models--{name.replace('/', '--')}"
+    return None if entry.is_dir() else f"{entry} does not exist"
 
 
 def gpt2_files(folder: Path, shown: str) -> tuple[Path, Path]:

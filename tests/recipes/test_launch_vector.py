@@ -7,14 +7,17 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+import pytest
+
 from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode
+from rocmpatch.data import tokenizer as tokenizers
 from tests import fake_torchrun
 
 TARGET_NAME = "t $HOME{,--load=evil} $IFS"
-DATA = "/d/$1 x{,--load=/evil}\n$IFS`touch pwned`"
+DATA = "d/$1 x{,--load=/evil}\n$IFS`touch pwned`"  # its .bin/.idx are made in the current directory
 TOKENIZER = "$(touch pwned) tok"
 EXTRA = ["--custom-flag", "a b\nc", "--wandb-exp-name", "${SAVE:-7}"]
 
@@ -28,11 +31,16 @@ def value(argv, flag):
 
 
 def test_values_reach_torchrun_unchanged_and_the_dry_run_line_runs_the_same_vector(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
     record = fake_torchrun.install(tmp_path / "bin", monkeypatch)
     monkeypatch.chdir(tmp_path)
     target = tmp_path / TARGET_NAME
     target.mkdir()
     (target / "pretrain_gpt.py").write_text("")
+    for suffix in (".bin", ".idx"):
+        (tmp_path / (DATA + suffix)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / (DATA + suffix)).write_bytes(b"")
+    tokenizers.train(["a few words", "to train on"], 300, tmp_path / TOKENIZER)  # the launch loads it offline first
     args = ["small-radeon", "-t", str(target), "--gpus-per-node", "1", "--data-path", DATA, "--tokenizer", TOKENIZER,
             "--save", "ckpt {a,b}", "--", *EXTRA]
     ran = launch(*args)
