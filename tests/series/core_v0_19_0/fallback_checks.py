@@ -1,11 +1,15 @@
 """Child side of test_fallback_warnings.py: what importing megatron.core's modules prints as warnings
-without Transformer Engine and apex (refused by the child runner), captured from stderr."""
+without Transformer Engine and apex (refused by the child runner), captured from stderr; then what a
+process it starts afterwards (as the checkpoint writer is started) prints."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
 import io
+import os
+import subprocess
+import sys
 import warnings
 
 MODULES = ("megatron.core", "megatron.core.models.backends", "megatron.core.models.gpt.gpt_layer_specs",
@@ -25,4 +29,6 @@ def run(groups: str) -> dict:
             except Exception as exc:  # noqa: BLE001 - report, the parent decides
                 imported[name] = f"{type(exc).__name__}: {exc}"
         warnings.warn("an ordinary warning keeps its source line")
-    return {"stderr": captured.getvalue(), "imported": imported}
+    later = subprocess.run([sys.executable, "-W", "default", "-c", "import megatron.core.optimizer"], env={**os.environ, "PYTHONWARNINGS": "default"},
+                           capture_output=True, text=True, check=False, cwd=os.getcwd()) if groups == "and-a-later-process" else None
+    return {"stderr": captured.getvalue(), "imported": imported, "later": later.stderr if later else None}
