@@ -441,9 +441,11 @@ def recipe_show(name, as_json) -> None:
 @click.option("--device", type=click.Choice(["auto", "gpu", "cpu"]), default="auto", show_default=True,
               help="auto: the GPUs torch sees here, else the CPU (as smoke and preflight). cpu: the recipe's architecture at a tiny "
                    "size (2 layers, hidden 64), over gloo on this machine's CPU, for a try.")
+@click.option("--log", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Append every line the run prints to FILE too; the console shows Megatron's list of arguments as one line.")
 @click.argument("megatron_args_after", nargs=-1, type=click.UNPROCESSED, metavar="[-- MEGATRON_ARGS...]")
 def recipe_launch(name, target, gpus_per_node, deprecated_gpus, nodes, slurm, dry_run, data_path, tokenizer, mock_data, save, device,
-                  megatron_args_after) -> None:
+                  log, megatron_args_after) -> None:
     """Start (or with --dry-run print) torchrun TARGET/pretrain_gpt.py with a recipe's layout for --gpus-per-node x --nodes.
 
     NAME: a recipe from `rocmpatch recipe list`, or the path of a recipe .yaml file (a copy you edited).
@@ -452,7 +454,7 @@ def recipe_launch(name, target, gpus_per_node, deprecated_gpus, nodes, slurm, dr
 
     _run(run_launch, name=name, target=target, gpus_per_node=gpus_per_node or deprecated_gpus, nodes=nodes, slurm=slurm,
          dry_run=dry_run, device=device, data_path=data_path, tokenizer=tokenizer, mock_data=mock_data, save=save,
-         megatron_args_after=megatron_args_after)
+         megatron_args_after=megatron_args_after, log=log)
 
 
 @app.group(no_args_is_help=True)

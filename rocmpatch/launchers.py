@@ -18,8 +18,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 from rocmpatch.errors import EnvironmentProblem, UsageError
 
@@ -112,10 +113,33 @@ def torchrun(program: Sequence[str], *, nproc: int, nodes: int = 1, slurm: bool 
     return Launch(tuple([*argv, *program]), tuple((env or {}).items()), preamble)
 
 
-def run(launch: Launch, *, cwd: str | None = None) -> int:
-    """Start the launch with no shell; its exit status. The program must be on PATH."""
+def run(launch: Launch, *, cwd: str | None = None, on_line: Callable[[str, str], None] | None = None) -> int:
+    """Start the launch with no shell; its exit status. The program must be on PATH. With on_line,
+    each line it prints goes there instead, with "stdout" or "stderr" (Python unbuffered, so that
+    lines come as they are printed)."""
     argv = launch.vector()
     environment = launch.environment()
     if shutil.which(argv[0], path=environment.get("PATH")) is None:
         raise EnvironmentProblem(f"{argv[0]} not found on PATH", hint="install PyTorch in this environment (torchrun comes with it), or activate the one that has it")
-    return subprocess.run(argv, env=environment, cwd=cwd).returncode
+    if on_line is None:
+        return subprocess.run(argv, env=environment, cwd=cwd).returncode
+    environment.setdefault("PYTHONUNBUFFERED", "1")
+    process = subprocess.Popen(argv, env=environment, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, errors="replace", bufsize=1)
+
+    def pump(stream, name: str) -> None:
+        for line in stream:
+            on_line(line.rstrip("\n"), name)
+
+    readers = [threading.Thread(target=pump, args=(process.stderr, "stderr"), daemon=True)]
+    readers[0].start()
+    try:
+        pump(process.stdout, "stdout")
+        readers[0].join()
+        return process.wait()
+    except BaseException:  # Ctrl-C reached torchrun too: give it time to stop its workers
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise

@@ -3,13 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmpatch.console import emit_json, note, out
-from rocmpatch.errors import ExitCode
+from rocmpatch.errors import ExitCode, UsageError
 from rocmpatch.launchers import run
 from rocmpatch.recipes import launch
 from rocmpatch.recipes.catalog import find, names, to_argv
 from rocmpatch.recipes.fit import release_order
 from rocmpatch.recipes.launch import LaunchRequest
 from rocmpatch.recipes.memory import upstream_model
+from rocmpatch.recipes.run_output import RunOutput
 from rocmpatch.tables import Table
 
 GB_PER_GIB = (1 << 30) / 1e9
@@ -58,7 +59,7 @@ def run_show(*, name: str, as_json: bool) -> ExitCode:
 
 def run_launch(*, name: str, target: Path, gpus_per_node: int | None, nodes: int, slurm: bool, dry_run: bool, device: str,
                data_path: str | None, tokenizer: str | None, mock_data: bool, save: str | None,
-               megatron_args_after: tuple[str, ...] = ()) -> ExitCode:
+               megatron_args_after: tuple[str, ...] = (), log: Path | None = None) -> ExitCode:
     request = LaunchRequest(target, gpus_per_node, nodes, slurm, device, data_path, tokenizer, mock_data, save, tuple(megatron_args_after),
                             dry_run=dry_run)
     planned = launch.plan(find(name), request)
@@ -67,5 +68,13 @@ def run_launch(*, name: str, target: Path, gpus_per_node: int | None, nodes: int
     if dry_run:
         out.print("\n".join(planned.launch.lines()), markup=False)
         return ExitCode.OK
-    note(f"running: {planned.launch.line()}")
-    return ExitCode.OK if run(planned.launch) == 0 else ExitCode.CHECK_FAILED
+    if log is not None and log.resolve().is_relative_to(target.resolve()):
+        raise UsageError(f"--log {log}: inside the checkout {target}", hint="write the log outside the tree (verify counts any file in it as an edit)")
+    running = f"running: {planned.launch.line()}"
+    note(running)
+    output = RunOutput(log)
+    try:
+        output.header(running)
+        return ExitCode.OK if run(planned.launch, on_line=output) == 0 else ExitCode.CHECK_FAILED
+    finally:
+        output.close()
