@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from rocmpatch import launchers
 from rocmpatch.processes import die_with_parent  # workers: SIGKILL when torchrun dies
@@ -19,9 +20,10 @@ __all__ = ["die_with_parent", "launcher_timeout", "torchrun"]
 
 
 def torchrun(nproc: int, module: str, args: list[str], timeout: float, cwd: Path,
-             env: dict[str, str] | None = None) -> ChildOutcome:
+             env: dict[str, str] | None = None, on_line: Callable[[str], None] | None = None) -> ChildOutcome:
+    """torchrun -m module args; each line it prints goes to on_line as it comes."""
     launch = launchers.torchrun(["-m", module, *args], nproc=nproc, launcher=launchers.THIS_PYTHON)
-    return run_child(launch.vector(), dict(env if env is not None else os.environ), timeout, cwd)
+    return run_child(launch.vector(), dict(env if env is not None else os.environ), timeout, cwd, on_line=on_line)
 
 
 def launcher_timeout(config: dict) -> float:

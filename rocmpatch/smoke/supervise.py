@@ -121,12 +121,14 @@ def stop_strays(marker: str, wait: float = 5.0) -> None:
 
 
 def run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path,
-              on_step: Callable[[str], None] | None = None) -> ChildOutcome:
+              on_step: Callable[[str], None] | None = None,
+              on_line: Callable[[str], None] | None = None) -> ChildOutcome:
     """Run argv in its own session; its result line, last output lines and how it ended. Nothing
-    it started is left running when this returns. Its progress lines (child.step) go to on_step."""
+    it started is left running when this returns. Its progress lines (child.step) go to on_step,
+    every other line it prints, as it comes, to on_line."""
     marker = f"{os.getpid()}_{time.monotonic_ns()}"
     try:
-        return _run_child(argv, {**env, f"{STRAY_MARKER}_{marker}": "1"}, timeout, cwd, on_step)
+        return _run_child(argv, {**env, f"{STRAY_MARKER}_{marker}": "1"}, timeout, cwd, on_step, on_line)
     finally:
         stop_strays(marker)
 
@@ -149,7 +151,8 @@ def interrupts_held() -> Iterator[list[int]]:
 
 
 def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path,
-               on_step: Callable[[str], None] | None = None) -> ChildOutcome:
+               on_step: Callable[[str], None] | None = None,
+               on_line: Callable[[str], None] | None = None) -> ChildOutcome:
     start = time.monotonic()
     with interrupts_held() as held:
         process = subprocess.Popen(
@@ -168,6 +171,8 @@ def _run_child(argv: list[str], env: dict[str, str], timeout: float, cwd: Path,
                 if on_step is not None:
                     on_step(line[len(STEP_MARKER):])
                 continue
+            if on_line is not None:
+                on_line(line)
             if keep is not None:
                 keep.append(line)
             if line.strip():

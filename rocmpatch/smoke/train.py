@@ -113,8 +113,17 @@ def precision_flag(platform: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
+def iteration_steps(path: str, iters: int):
+    """An on_line for the run: each iteration Megatron logs becomes a step (progress in a pipe too)."""
+    def on_line(line: str) -> None:
+        for found in parse_log([line]):
+            step(f"{path} path: iteration {found['iteration']}/{iters}, loss {found['loss']:.3f}")
+    return on_line
+
+
 def worker_env(platform: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # Megatron's iteration lines as they come, not at exit
     if platform == "cuda":
         env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # what NVIDIA's own scripts set; HIP ignores it
     if platform == "cpu":  # --device cpu on a GPU machine: Megatron must not find the GPUs
@@ -132,7 +141,7 @@ def train_once(config: dict[str, Any], train: TrainProfile, one: TrainRun, preci
     args = pretrain_args(profile, world, iters, precision, train.flags(one, platform))
     step(f"{path} path: {train.script} on {world} process(es), {iters} iterations (the first run builds the dataset helpers)")
     outcome = torchrun(world, "rocmpatch.smoke.script", [target, train.script, *args],
-                       timeout, Path(target), worker_env(platform))
+                       timeout, Path(target), worker_env(platform), on_line=iteration_steps(path, iters))
     steps = parse_log(outcome.stdout)
     run: dict[str, Any] = {"path": path, "args": train.flags(one, platform), "iterations": len(steps),
                            "seconds": round(outcome.seconds, 1)}

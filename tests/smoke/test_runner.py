@@ -228,6 +228,29 @@ def test_a_childs_steps_reach_the_runner_and_stay_out_of_its_output(tmp_path):
     assert outcome.result["status"] == "passed" and not any(STEP_MARKER in line for line in outcome.tail + outcome.stderr)
 
 
+def test_each_line_reaches_on_line_as_it_comes(tmp_path):
+    """The train stage shows Megatron's iterations while the run goes on (a pipe too): each line is
+    handed over when printed, the first long before the child ends."""
+    code = "import time; print('iteration 1', flush=True); time.sleep(3); print('{\"status\": \"passed\"}')"
+    seen: list[tuple[str, float]] = []
+    start = time.monotonic()
+    run_child([sys.executable, "-c", code], child_env(None), 30.0, tmp_path,
+              on_line=lambda line: seen.append((line, time.monotonic() - start)))
+    assert [line for line, _ in seen] == ["iteration 1", '{"status": "passed"}']
+    assert seen[1][1] - seen[0][1] > 2.0
+
+
+def test_megatrons_iteration_lines_become_steps(capsys):
+    from rocmpatch.smoke.child import STEP_MARKER
+    from rocmpatch.smoke.train import iteration_steps
+
+    on_line = iteration_steps("mcore", 10)
+    on_line(" [2026-11-26 15:01:02] iteration        3/      10 | consumed samples: 24 | elapsed time per iteration (ms): "
+            "812.5 | learning rate: 1.0E-04 | global batch size: 8 | lm loss: 8.296312E+00 |")
+    on_line("an ordinary line")
+    assert capsys.readouterr().err.splitlines() == [f"{STEP_MARKER}mcore path: iteration 3/10, loss 8.296"]
+
+
 def test_smoke_says_what_each_stage_does_in_plain_lines_when_not_a_terminal(tmp_path):
     """A log or CI sees one line per step, the first import's slowness explained, then each result."""
     pytest.importorskip("torch")  # smoke refuses to start without it
