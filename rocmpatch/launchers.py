@@ -137,9 +137,13 @@ def run(launch: Launch, *, cwd: str | None = None, on_line: Callable[[str, str],
         pump(process.stdout, "stdout")
         readers[0].join()
         return process.wait()
-    except BaseException:  # Ctrl-C reached torchrun too: give it time to stop its workers
+    except BaseException:  # Ctrl-C reached torchrun too: show it stopping its workers, then stop
+        readers.append(threading.Thread(target=pump, args=(process.stdout, "stdout"), daemon=True))
+        readers[-1].start()
         try:
             process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        except BaseException:  # it did not stop, or a second Ctrl-C
             process.kill()
+        for reader in readers:
+            reader.join(timeout=2)
         raise

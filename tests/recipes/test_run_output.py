@@ -75,3 +75,45 @@ def test_a_log_inside_the_checkout_is_refused_before_anything_runs(torchrun, tmp
     [error] = [line for line in result.stderr.splitlines() if line.startswith("rocmpatch: error: ")]
     assert error.startswith("rocmpatch: error: --log mlm/run.log: inside the checkout mlm")
     assert not (tmp_path / "mlm" / "run.log").exists()
+
+
+SLOW_MEGATRON = """#!{python}
+import os, signal, sys, time
+def stop(signum, frame):
+    print("torchrun: stopping the workers", flush=True)
+    sys.exit(1)
+signal.signal(signal.SIGINT, stop)
+open({pid_file!r}, "w").write(str(os.getpid()))
+print(" iteration        1/      30 | lm loss: 8.3E+00 |", flush=True)
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_lets_torchrun_stop_its_workers_then_exits_130(tmp_path):
+    """Ctrl-C (SIGINT to the foreground group, as a terminal sends it) reaches torchrun, which stops
+    its workers and says so; rocmpatch shows that, then its own line, and exits 130."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.cli_process import ROOT, default_sigint
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(SLOW_MEGATRON.format(python=sys.executable, pid_file=str(tmp_path / "torchrun.pid")))
+    (bin_dir / "torchrun").chmod(0o755)
+    (tmp_path / "mlm").mkdir()
+    (tmp_path / "mlm" / "pretrain_gpt.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    process = subprocess.Popen([sys.executable, "-m", "rocmpatch", "recipe", "launch", "llama3-8b", "-t", "mlm", "--device", "cpu",
+                                "--mock-data"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: (default_sigint(), os.setpgrp()))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "torchrun.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.INTERRUPTED, stderr
+    assert stdout.splitlines()[-1] == "torchrun: stopping the workers"
+    assert stderr.splitlines()[-1] == "rocmpatch: interrupted"
