@@ -62,14 +62,14 @@ def run_launch(*, name: str, target: Path, gpus_per_node: int | None, nodes: int
                megatron_args_after: tuple[str, ...] = (), log: Path | None = None) -> ExitCode:
     request = LaunchRequest(target, gpus_per_node, nodes, slurm, device, data_path, tokenizer, mock_data, save, tuple(megatron_args_after),
                             dry_run=dry_run)
+    if log is not None and log.resolve().is_relative_to(target.resolve()):
+        raise UsageError(f"--log {log}: inside the checkout {target}", hint="write the log outside the tree (verify counts any file in it as an edit)")
     planned = launch.plan(find(name), request)
     for line in planned.notes:
         note(line)
     if dry_run:
         out.print("\n".join(planned.launch.lines()), markup=False)
         return ExitCode.OK
-    if log is not None and log.resolve().is_relative_to(target.resolve()):
-        raise UsageError(f"--log {log}: inside the checkout {target}", hint="write the log outside the tree (verify counts any file in it as an edit)")
     running = f"running: {planned.launch.line()}"
     note(running)
     output = RunOutput(log)
