@@ -113,9 +113,21 @@ def precision_flag(platform: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
+# Lines Megatron prints on its way to the first iteration (the releases that print them), as steps.
+MILESTONES = (("using world size:", "Megatron imported, its arguments parsed"),
+              ("> initializing torch distributed", "initializing torch.distributed"),
+              ("> compiling dataset index builder", "compiling the dataset helpers"),
+              ("> building train, validation, and test datasets", "building the datasets"),
+              ("training ...", "training"))
+
+
 def iteration_steps(path: str, iters: int):
-    """An on_line for the run: each iteration Megatron logs becomes a step (progress in a pipe too)."""
+    """An on_line for the run: the start-up milestones and each iteration Megatron logs become steps
+    (progress in a pipe too)."""
     def on_line(line: str) -> None:
+        milestone = next((what for start, what in MILESTONES if line.strip().startswith(start)), None)
+        if milestone is not None:
+            step(f"{path} path: {milestone}")
         for found in parse_log([line]):
             step(f"{path} path: iteration {found['iteration']}/{iters}, loss {found['loss']:.3f}")
     return on_line

@@ -248,7 +248,9 @@ def test_megatrons_iteration_lines_become_steps(capsys):
     on_line(" [2026-11-26 15:01:02] iteration        3/      10 | consumed samples: 24 | elapsed time per iteration (ms): "
             "812.5 | learning rate: 1.0E-04 | global batch size: 8 | lm loss: 8.296312E+00 |")
     on_line("an ordinary line")
-    assert capsys.readouterr().err.splitlines() == [f"{STEP_MARKER}mcore path: iteration 3/10, loss 8.296"]
+    on_line("> building train, validation, and test datasets ...")
+    assert capsys.readouterr().err.splitlines() == [f"{STEP_MARKER}mcore path: iteration 3/10, loss 8.296",
+                                                    f"{STEP_MARKER}mcore path: building the datasets"]
 
 
 def test_smoke_says_what_each_stage_does_in_plain_lines_when_not_a_terminal(tmp_path):
