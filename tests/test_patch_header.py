@@ -39,11 +39,11 @@ def test_the_header_is_what_format_patch_writes_for_the_same_commit(tmp_path, mo
         repo = gitcmd.open_repo(repo_path)
         gitcmd.run(repo, "add", "-A")
         date = f"{entry.last_update}T00:00:00+0000"
-        monkeypatch.setenv("GIT_AUTHOR_DATE", date)
-        monkeypatch.setenv("GIT_COMMITTER_DATE", date)
         message = f"{entry.name}: {entry.summary}\n\n{entry.description}\n\nWhy: {entry.why}\n"
         author = patch_header.render(entry).splitlines()[1][len("From: "):]
-        gitcmd.run(repo, "-c", "user.name=t", "-c", "user.email=t@invalid", "commit", "-q", "--author", author, "-m", message)
+        # Per call: gitcmd drops GIT_* variables inherited from the environment (a parent git's).
+        gitcmd.run_bytes(repo, "-c", "user.name=t", "-c", "user.email=t@invalid", "commit", "-q", "--author", author, "-m", message,
+                         env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
         produced = gitcmd.format_patch(repo, "HEAD")
         assert patch_header.split(produced)[0] == patch_header.render(entry)
 
