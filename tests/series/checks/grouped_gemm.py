@@ -133,7 +133,8 @@ class Records(logging.Handler):
 
 
 def kernel() -> dict:
-    """The grouped module's log records over several layers and dtypes, and its choices."""
+    """The grouped module's log records over several layers and dtypes, and its choices (the first
+    group of its process: nothing said before)."""
     from megatron.core.transformer.moe import torch_grouped_mlp
 
     handler = Records()
