@@ -54,7 +54,7 @@ def build(kind: str, cfg, seed: int = 1234):
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
     builder = LocalSpecProvider().grouped_mlp_modules(kind == "grouped")
-    return builder(EXPERTS, cfg, pg_collection=get_default_pg_collection())
+    return builder(cfg.num_moe_experts, cfg, pg_collection=get_default_pg_collection())
 
 
 def sequential_name(name: str) -> str:
