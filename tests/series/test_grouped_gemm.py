@@ -63,6 +63,12 @@ def test_kernel_is_said_once_per_dtype_and_a_refused_shape_falls_back_saying_so(
     assert kernel["odd_shape_diff"] == 0.0
 
 
+def test_backward_keeps_no_stacked_copy_of_the_weights(grouped_results):
+    """The autograd graph holds the input, the offsets and each expert's own weight; a [experts, out,
+    in] stack kept until the backward would be a copy of every expert's weights per layer."""
+    assert grouped_results["kernel"]["saved_shapes"] == [[6, 32], [4]] + [[96, 32]] * 4
+
+
 def test_local_spec_builds_grouped_experts_only_with_the_flag(grouped_results):
     assert grouped_results["layer"] == {"True": "TorchGroupedMLP", "False": "SequentialMLP"}
 

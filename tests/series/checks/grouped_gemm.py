@@ -147,7 +147,12 @@ def kernel() -> dict:
     odd = config(hidden_size=12, moe_ffn_hidden_size=20, ffn_hidden_size=20, dtype=torch.bfloat16)  # 24-byte rows
     odd_result = run_experts(build("grouped", odd), odd, TOKENS_PER_EXPERT)
     sequential = build("sequential", odd)
+    # What the backward keeps: the input and the experts' own weights, no stacked copy of them.
+    x = torch.randn(6, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    weights = [torch.randn(2 * FFN, HIDDEN, dtype=torch.bfloat16, requires_grad=True) for _ in range(EXPERTS)]
+    kept = torch_grouped_mlp.grouped_linear(x, weights, [2, 0, 4, 0]).grad_fn.saved_tensors
     return {
+        "saved_shapes": [list(t.shape) for t in kept],
         "records": handler.lines,
         "grouped_mm": torch_grouped_mlp.GROUPED_MM_NAME,
         "choices": {f"{dtype} {k}->{n}": chosen for (_, dtype, k, n), chosen in torch_grouped_mlp._KERNELS.items()},
