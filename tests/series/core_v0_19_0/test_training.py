@@ -183,7 +183,8 @@ def test_tensor_parallel_sequence_parallel_with_moe(tree019):
 
 
 def test_pipeline_parallel_with_moe_grouped_gemm(tree019):
-    """--moe-grouped-gemm without Transformer Engine runs torch's grouped GEMM, saying so once."""
+    """--moe-grouped-gemm without Transformer Engine runs torch's grouped GEMM, saying so once on the
+    stage that holds the MoE layer (the second: rank 1)."""
     losses, output = pretrain_gpt(tree019, "--pipeline-model-parallel-size", "2", *MOE_LAYER,
                                   "--moe-grouped-gemm", iters=6)
     assert_learns(losses, 6)
