@@ -434,12 +434,21 @@ GROUPED_EXPERTS = "megatron/core/transformer/moe/torch_grouped_mlp.py"
 SOFTMAX_VARIANTS = ("causal", "causal-no-mask", "padding", "no-mask")
 
 
-# The experts' GEMMs of the MoE recipes: (recipe, experts, hidden, moe ffn per expert).
-RECIPE_EXPERT_SHAPES = (
-    ("mixtral-8x7b", 8, 4096, 14336),
-    ("qwen3-30b-a3b", 128, 2048, 768),
-    ("deepseek-v2-lite", 64, 2048, 1408),
-)
+def recipe_expert_shapes() -> tuple[tuple, ...]:
+    """The routed experts of each bundled MoE recipe (rocmpatch/recipes/*.yaml): (recipe, experts,
+    hidden, FFN per expert: --moe-ffn-hidden-size, else --ffn-hidden-size)."""
+    from rocmpatch.recipes.catalog import find, names
+
+    shapes = []
+    for name in names():
+        args = find(name).args
+        if args.get("--num-experts"):
+            ffn = args.get("--moe-ffn-hidden-size") or args["--ffn-hidden-size"]
+            shapes.append((name, int(args["--num-experts"]), int(args["--hidden-size"]), int(ffn)))
+    return tuple(shapes)
+
+
+RECIPE_EXPERT_SHAPES = recipe_expert_shapes()
 
 
 def _run_grouped_gemm(torch, shape, device, dtype):
