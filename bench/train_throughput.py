@@ -22,6 +22,12 @@ exactness check runs instead, on the CPU (two gloo processes): the tiny shape in
 context parallel 2 and 1 on the same global batch, and the largest relative difference of their
 losses over every iteration (ok within 1e-4). --skip-context-parallel leaves both out.
 
+--moe adds two MoE paths on one GPU (or the CPU): DeepSeek-V2-Lite's block (MLA, 64 experts of 1408,
+top-6, 2 shared; bench/training_runs.moe_flags) with 4 layers, the first dense, on a GPU (a tiny block
+with 16 experts on the CPU), with the experts one after another (SequentialMLP, "moe-sequential")
+and as torch grouped GEMMs (--moe-grouped-gemm, "moe-grouped"): grouped_over_sequential_moe_tokens_per_second
+is their ratio, and the grouped run's line naming its kernel is kept ("moe_grouped_kernel").
+
 --baseline-tree DIR adds a third path: DIR trained with the recipes' flags from before the fast path
 (every fusion off, the dataloader's mask), e.g. a tree patched by an older rocmpatch: the step time
 ratio of the fast path against it is printed.
@@ -40,7 +46,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from training_runs import FAST_FLAGS, LLAMA3_8B, OLD_FLAGS, ROOT, TINY, Shape, estimate_for, pretrain, run_schedule  # noqa: E402
+from training_runs import (  # noqa: E402
+    DEEPSEEK_V2_LITE, FAST_FLAGS, LLAMA3_8B, OLD_FLAGS, ROOT, TINY, TINY_MOE, Shape, estimate_for, moe_flags, pretrain,
+    run_schedule,
+)
 
 GIB = 1 << 30
 WARMUP = 2
@@ -140,14 +149,19 @@ def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, d
     return result
 
 
-def paths_to_train(tree: Path, device: str, gpu: dict, baseline: Path | None, skip_cp: bool) -> dict:
-    """{path: (tree, flags, GPUs)}: the fast and explicit paths on one GPU, the baseline tree's, and
-    context parallel 2 on two GPUs where there are two."""
+def paths_to_train(tree: Path, device: str, gpu: dict, baseline: Path | None, skip_cp: bool, moe: bool = False) -> dict:
+    """{path: (tree, flags, GPUs[, shape])}: the fast and explicit paths on one GPU, the baseline tree's,
+    context parallel 2 on two GPUs where there are two, and with `moe` the MoE block with sequential
+    and grouped experts (their own shape)."""
     paths = {"fast": (tree, list(FAST_FLAGS), 1), "explicit": (tree, [*FAST_FLAGS, "--attention-backend", "unfused"], 1)}
     if baseline:
         paths["baseline"] = (baseline.resolve(), list(OLD_FLAGS), 1)
     if not skip_cp and device == "cuda" and gpu["count"] >= 2:
         paths["cp2"] = (tree, [*FAST_FLAGS, *CONTEXT_PARALLEL], 2)
+    if moe:
+        shape = DEEPSEEK_V2_LITE if device == "cuda" else TINY_MOE
+        paths["moe-sequential"] = (tree, [*FAST_FLAGS, *moe_flags(shape)], 1, shape)
+        paths["moe-grouped"] = (tree, [*FAST_FLAGS, *moe_flags(shape), "--moe-grouped-gemm"], 1, shape)
     return paths
 
 
@@ -209,6 +223,7 @@ def main() -> int:
     parser.add_argument("--cpu-memory", action="store_true", help="on the CPU, also measure the peak (slower)")
     parser.add_argument("--rounds", type=int, default=1, help="train every path this many times, alternating; "
                         "times are the median over rounds (for a shared machine)")
+    parser.add_argument("--moe", action="store_true", help="also train the MoE block with sequential and grouped experts")
     parser.add_argument("--skip-context-parallel", action="store_true",
                         help="leave out the context-parallel run (two GPUs) or exactness check (one GPU or none)")
     args = parser.parse_args()
@@ -228,14 +243,15 @@ def main() -> int:
             print("smoke on the GPU ...", flush=True)
             report["smoke"] = run_smoke(tree, work, args.release)
             print(f"smoke: {'passed' if report['smoke']['ok'] else 'FAILED'}", flush=True)
-        paths = paths_to_train(tree, device, gpu, args.baseline_tree, args.skip_context_parallel)
+        paths = paths_to_train(tree, device, gpu, args.baseline_tree, args.skip_context_parallel, args.moe)
         cp_throughput = "cp2" in paths
         rounds: dict[str, list[dict]] = {name: [] for name in paths}
         for index in range(args.rounds):  # the paths alternate, so a change in the machine's load hits each alike
-            for name, (path_tree, flags, gpus) in paths.items():
-                print(f"training {shape.name}, {name} path on {gpus} {device.upper()}(s), {steps} steps "
+            for name, (path_tree, flags, gpus, *own_shape) in paths.items():
+                path_shape = own_shape[0] if own_shape else shape
+                print(f"training {path_shape.name}, {name} path on {gpus} {device.upper()}(s), {steps} steps "
                       f"(round {index + 1}/{args.rounds}) ...", flush=True)
-                rounds[name].append(measure(name, path_tree, shape, flags, steps, device, gpu, work / str(index),
+                rounds[name].append(measure(name, path_tree, path_shape, flags, steps, device, gpu, work / str(index),
                                             args.cpu_memory, gpus))
         for name, runs in rounds.items():
             report["paths"][name] = combine(runs)
@@ -249,6 +265,8 @@ def main() -> int:
                                           if cp2.get("ok") and fast.get("ok") else None}
         elif not args.skip_context_parallel:
             report["context_parallel"] = context_parallel_exactness(tree, steps, work / "context-parallel")
+        if args.moe:
+            report.update(moe_report(report["paths"]["moe-sequential"], report["paths"]["moe-grouped"], paths))
         if "baseline" in report["paths"] and fast.get("ok") and report["paths"]["baseline"].get("ok"):
             baseline = report["paths"]["baseline"]
             report["baseline_over_fast_step_time"] = baseline["step_seconds"] / fast["step_seconds"]
@@ -260,6 +278,23 @@ def main() -> int:
     smoke_failed = report["smoke"] is not None and not report["smoke"]["ok"]
     cp_failed = "context_parallel" in report and not report["context_parallel"]["ok"]
     return 1 if failed or smoke_failed or cp_failed else 0
+
+
+MOE_KERNEL = "MoE experts (--moe-grouped-gemm, local):"
+
+
+def moe_report(sequential: dict, grouped: dict, paths: dict) -> dict:
+    """The MoE paths' shape, their tokens/s ratio and the grouped run's kernel line."""
+    kernel = None
+    try:
+        kernel = next((line[line.index(MOE_KERNEL):] for line in Path(grouped["log"]).read_text(errors="replace").splitlines()
+                       if MOE_KERNEL in line), None)
+    except (OSError, KeyError):
+        pass
+    ratio = (grouped["tokens_per_second"] / sequential["tokens_per_second"]
+             if sequential.get("ok") and grouped.get("ok") else None)
+    return {"moe_shape": vars(paths["moe-grouped"][3]), "grouped_over_sequential_moe_tokens_per_second": ratio,
+            "moe_grouped_kernel": kernel}
 
 
 def _tail(log: Path, lines: int = 25) -> list[str]:
@@ -296,6 +331,9 @@ def print_summary(report: dict) -> None:
               + (f"largest relative loss difference {worst:.1e} ({'ok' if cp['ok'] else 'FAILED'}, tolerance {cp['tolerance']:g})"
                  if worst is not None else f"FAILED: {cp.get('error', 'iterations missing')}"))
         print("\n".join(f"    {line}" for line in cp.get("log_tail", [])))
+    if report.get("grouped_over_sequential_moe_tokens_per_second"):
+        print(f"MoE ({report['moe_shape']['name']}): grouped / sequential experts tokens/s: "
+              f"{report['grouped_over_sequential_moe_tokens_per_second']:.2f}x; {report['moe_grouped_kernel']}")
     if "baseline_over_fast_step_time" in report:
         print(f"step time, baseline (recipes before the fast path) / fast: {report['baseline_over_fast_step_time']:.2f}x wall, "
               f"{report['baseline_over_fast_step_cpu_time']:.2f}x CPU time")

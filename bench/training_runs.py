@@ -73,6 +73,27 @@ class Shape:
 # layers, for one GPU; and a tiny shape of the same proportions for the CPU.
 LLAMA3_8B = Shape("llama3-8b shape", 4, 4096, 14336, 32, 8, 8192, 128256, 1, 8)
 TINY = Shape("tiny llama", 2, 64, 176, 4, 2, 128, 512, 2, 4)
+# The MoE paths (train_throughput.py --moe): DeepSeek-V2-Lite's block (rocmpatch/recipes/deepseek-v2-lite.yaml:
+# MLA with a 512 kv latent, 64 routed experts of 1408, top-6, 2 shared) with fewer layers, the first dense;
+# on the CPU a tiny block of the same kind (16 experts of 64).
+DEEPSEEK_V2_LITE = Shape("deepseek-v2-lite shape", 4, 2048, 10944, 16, 16, 4096, 102400, 1, 8)
+TINY_MOE = Shape("tiny deepseek", 2, 64, 176, 4, 4, 128, 512, 2, 4)
+
+
+def moe_flags(shape: Shape) -> list[str]:
+    """The recipe's MLA and MoE flags for `shape` (its layers: the first dense, the rest MoE)."""
+    big = shape.hidden >= 1024
+    mla = (["--kv-lora-rank", "512", "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128"] if big
+           else ["--kv-lora-rank", "32", "--qk-head-dim", "16", "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16"])
+    experts = (["--num-experts", "64", "--moe-ffn-hidden-size", "1408", "--moe-shared-expert-intermediate-size", "2816",
+                "--moe-router-topk", "6"] if big
+               else ["--num-experts", "16", "--moe-ffn-hidden-size", "64", "--moe-shared-expert-intermediate-size", "128",
+                     "--moe-router-topk", "4"])
+    return ["--multi-latent-attention", *mla, "--qk-layernorm", "--rotary-base", "10000", "--rotary-scaling-factor", "40",
+            "--mscale", "0.707", "--mscale-all-dim", "0.707", *experts,
+            "--moe-layer-freq", f"([0]*1+[1]*{shape.layers - 1})", "--moe-router-pre-softmax",
+            "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "0.001",
+            "--moe-token-dispatcher-type", "alltoall", "--moe-router-dtype", "fp32"]
 
 
 # One iteration's line of Megatron's training log: its number and lm loss.

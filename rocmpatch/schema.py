@@ -243,6 +243,7 @@ FEATURES = {
     "torch-fusions": "bias-SwiGLU, RoPE, cross-entropy and RMSNorm fusions in torch forms leave the loss unchanged",
     "cpu-training": "pretrain_gpt.py trains on CPU over gloo (torch_dist save and exact resume); no GPU and nccl: one clear error",
     "moe-ep": "MoE with expert parallelism over the alltoall dispatcher on CPU",
+    "grouped-gemm": "--moe-grouped-gemm without TE runs the experts as torch grouped GEMMs, exact against SequentialMLP, TE's checkpoint layout",
     "mla": "multi-latent attention (YaRN RoPE, query latent or none) on the local implementation",
     "mtp": "multi-token prediction's loss on CPU",
     "context-parallel": "context parallelism without Transformer Engine (p2p and all_gather rings)",

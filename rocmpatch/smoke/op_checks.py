@@ -430,7 +430,62 @@ CORE_CLIP = "megatron/core/optimizer/clip_grads.py"
 TENSOR_PARALLEL_LAYERS = "megatron/core/tensor_parallel/layers.py"
 CORE_ATTENTION = "megatron/core/transformer/dot_product_attention.py"
 TORCH_NORM = "megatron/core/transformer/torch_norm.py"
+GROUPED_EXPERTS = "megatron/core/transformer/moe/torch_grouped_mlp.py"
 SOFTMAX_VARIANTS = ("causal", "causal-no-mask", "padding", "no-mask")
+
+
+def recipe_expert_shapes() -> tuple[tuple, ...]:
+    """The routed experts of each bundled MoE recipe (rocmpatch/recipes/*.yaml): (recipe, experts,
+    hidden, FFN per expert: --moe-ffn-hidden-size, else --ffn-hidden-size)."""
+    from rocmpatch.recipes.catalog import find, names
+
+    shapes = []
+    for name in names():
+        args = find(name).args
+        if args.get("--num-experts"):
+            ffn = args.get("--moe-ffn-hidden-size") or args["--ffn-hidden-size"]
+            shapes.append((name, int(args["--num-experts"]), int(args["--hidden-size"]), int(ffn)))
+    return tuple(shapes)
+
+
+RECIPE_EXPERT_SHAPES = recipe_expert_shapes()
+
+
+def _run_grouped_gemm(torch, shape, device, dtype):
+    """The grouped experts' linear layers (moe-grouped-gemm-local: TorchGroupedMLP's fc1 with SwiGLU's
+    doubled width, and fc2) at a MoE recipe's expert shape, every expert's tokens in one grouped GEMM
+    (expert 1 gets none), forward and backward, against one fp32 matmul per expert. Each result names
+    the kernel that ran: torch's grouped GEMM, or the per-expert fallback the module says it takes."""
+    from megatron.core.transformer.moe import torch_grouped_mlp as grouped
+
+    label, experts, hidden, ffn = shape
+    tokens = 4096
+    if device.type == "cpu":  # the same code at a size a CPU computes in seconds
+        experts, hidden, ffn, tokens = min(experts, 4), hidden // 32, ffn // 16, 128
+    generator = torch.Generator().manual_seed(7)
+    counts = torch.bincount(torch.randint(0, experts, (tokens,), generator=generator), minlength=experts)
+    counts[0] += counts[1]
+    counts[1] = 0
+    counts = counts.tolist()
+    results = []
+    for name, (n_in, n_out) in (("fc1", (hidden, 2 * ffn)), ("fc2", (ffn, hidden))):
+        x = (torch.randn(tokens, n_in, generator=generator)).to(device=device, dtype=dtype).requires_grad_()
+        weights = [(torch.randn(n_out, n_in, generator=generator) * n_in ** -0.5).to(device=device, dtype=dtype)
+                   .requires_grad_() for _ in range(experts)]
+        grad = torch.randn(tokens, n_out, generator=generator).to(device)
+        out = grouped.grouped_linear(x, weights, counts)
+        (out.float() * grad).sum().backward()
+        kernel = grouped.GROUPED_MM_NAME if grouped.runs_grouped_kernel(device, dtype, n_in, n_out) else \
+            "per-expert matmul (no grouped kernel)"
+        xs = x.detach().float().requires_grad_()
+        ws = [w.detach().float().requires_grad_() for w in weights]
+        ref = torch.cat([chunk @ w.t() for chunk, w in zip(xs.split(counts), ws)])
+        (ref * grad).sum().backward()
+        where = f"{label} {name} [{n_in} -> {n_out}] x {experts}, {kernel}"
+        results += [(f"{where} forward", out, ref), (f"{where} backward input", x.grad, xs.grad),
+                    (f"{where} backward weight", torch.stack([w.grad for w in weights]),
+                     torch.stack([w.grad for w in ws]))]
+    return results
 
 
 def _named(label: str, what: str) -> str:
@@ -474,6 +529,10 @@ REGISTRY: dict[str, tuple[Check, ...]] = {
         Check(f"attention kernels {shape[0]} {variant}", CORE_ATTENTION,
               lambda t, d, x, s=shape, v=variant: _run_attention_kernels(t, s, v, d, x), dtypes=("bfloat16",))
         for shape in RECIPE_ATTENTION_SHAPES for variant in ("causal", "documents")),
+    "core-grouped-gemm": tuple(
+        Check(f"grouped GEMM {shape[0]} experts", GROUPED_EXPERTS, lambda t, d, x, s=shape: _run_grouped_gemm(t, s, d, x),
+              dtypes=("bfloat16", "float32"))
+        for shape in RECIPE_EXPERT_SHAPES),
 }
 
 

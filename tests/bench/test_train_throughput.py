@@ -19,7 +19,7 @@ from tests.recipes.test_recipe_trains import SCALED_AWAY
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from train_throughput import compare_losses, paths_to_train  # noqa: E402
-from training_runs import FAST_FLAGS, LLAMA3_8B, Shape  # noqa: E402
+from training_runs import DEEPSEEK_V2_LITE, FAST_FLAGS, LLAMA3_8B, Shape, moe_flags  # noqa: E402
 
 
 # Set by Shape.args() (--group-query-attention) or by run_schedule() (the rest).
@@ -53,6 +53,26 @@ def test_the_gpu_shape_is_the_recipes_with_fewer_layers():
         args["--hidden-size"], args["--ffn-hidden-size"], args["--num-attention-heads"], args["--num-query-groups"],
         args["--seq-length"])
     assert LLAMA3_8B.vocab == find("llama3-8b").vocab_size and LLAMA3_8B.layers < args["--num-layers"]
+
+
+def test_the_moe_gpu_block_is_deepseek_v2_lites_with_fewer_layers():
+    recipe = find("deepseek-v2-lite")
+    args, flags = recipe.args, as_dict(moe_flags(DEEPSEEK_V2_LITE))
+    assert (DEEPSEEK_V2_LITE.hidden, DEEPSEEK_V2_LITE.ffn, DEEPSEEK_V2_LITE.heads, DEEPSEEK_V2_LITE.seq) == (
+        args["--hidden-size"], args["--ffn-hidden-size"], args["--num-attention-heads"], args["--seq-length"])
+    assert DEEPSEEK_V2_LITE.vocab == recipe.vocab_size and DEEPSEEK_V2_LITE.layers < args["--num-layers"]
+    for flag in ("--num-experts", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-router-topk",
+                 "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--rotary-scaling-factor"):
+        assert float(flags[flag]) == float(args[flag]), flag
+    assert flags["--moe-layer-freq"] == "([0]*1+[1]*3)"
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_moe_paths_differ_only_by_the_grouped_gemm_flag(tmp_path, device):
+    paths = paths_to_train(tmp_path, device, {"count": 1}, None, skip_cp=True, moe=True)
+    (_, sequential, gpus_s, shape_s), (_, grouped, gpus_g, shape_g) = paths["moe-sequential"], paths["moe-grouped"]
+    assert grouped == [*sequential, "--moe-grouped-gemm"] and gpus_s == gpus_g == 1 and shape_s == shape_g
+    assert "moe-grouped" not in paths_to_train(tmp_path, device, {"count": 1}, None, skip_cp=True)
 
 
 @pytest.mark.parametrize("device, count, cp2", [("cuda", 2, True), ("cuda", 8, True), ("cuda", 1, False), ("cpu", 0, False)])

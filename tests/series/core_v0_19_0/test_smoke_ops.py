@@ -32,7 +32,13 @@ def test_patched_tree_passes_every_listed_op_check(tree019):
     # CPU: its flash kernel, sequence 256)
     kernels = {c["check"] for c in ops.extra["cases"] if c["check"].startswith("attention kernels ")}
     assert len(kernels) == 12 and kernels <= passed, ops.extra["cases"]
-    assert "attention kernels deepseek-v2-lite MLA causal" in passed  # 192/128 heads: values padded (mla-sdpa-value-pad)
+    assert "attention kernels deepseek-v2-lite causal" in passed  # 192/128 heads: values padded (mla-sdpa-value-pad)
+    # --moe-grouped-gemm's expert GEMMs at the MoE recipes' shapes (scaled down on the CPU), each
+    # naming the kernel that ran: torch's grouped GEMM has fp32 and bf16 kernels on the CPU
+    grouped = [c for c in ops.extra["cases"] if c["check"].startswith("grouped GEMM ")]
+    assert {c["check"] for c in grouped} == {f"grouped GEMM {r} experts" for r in
+                                             ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")}
+    assert all(c["status"] == "passed" and "torch.nn.functional.grouped_mm" in c["detail"] for c in grouped), grouped
 
 
 def test_tree_without_torch_norm_sp_fails_naming_file_and_patch(tree019, tmp_path):

@@ -1,0 +1,233 @@
+"""Child side of test_grouped_gemm.py: the MoE experts of --moe-grouped-gemm without Transformer
+Engine (TorchGroupedMLP: torch's grouped GEMM) against SequentialMLP, in a fresh process on the
+patched tree (tests/series/child.py), CPU, one gloo rank. Returns plain values; the parent asserts.
+Groups:
+- exact: both built from one seed (same weights), one forward and backward with empty experts among
+  the others, in float32 and bfloat16, with SwiGLU, with GeLU; --recompute-modules moe_act refused (it needs TE); the largest output and gradient differences;
+- kernel: which path ran and what it said (the log records of the grouped module);
+- layer: the local GPT layer spec with and without moe_grouped_gemm: which experts class it builds;
+- state_dict: TorchGroupedMLP's state dict and sharded state dict (keys, shapes, global offsets),
+  with SequentialMLP's sharded state dict beside it;
+- checkpoint: torch_dist save with one class and load into the other, both ways.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+HIDDEN, FFN, EXPERTS = 32, 48, 4
+TOKENS_PER_EXPERT = [5, 0, 9, 0]  # experts 1 and 3 get nothing
+
+
+def setup(workdir: Path) -> None:
+    global torch
+    import torch
+    import torch.distributed as dist
+
+    from megatron.core import parallel_state
+
+    dist.init_process_group("gloo", init_method=f"file://{workdir / 'dist-store'}", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+
+
+def config(**overrides):
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = dict(num_layers=1, hidden_size=HIDDEN, ffn_hidden_size=FFN, moe_ffn_hidden_size=FFN,
+                  num_attention_heads=4, num_moe_experts=EXPERTS, gated_linear_unit=True, activation_func=F.silu,
+                  add_bias_linear=False, bias_activation_fusion=False, gradient_accumulation_fusion=False,
+                  hidden_dropout=0.0, moe_router_topk=2)
+    kwargs.update(overrides)
+    dtype = kwargs.pop("dtype", torch.float32)
+    return TransformerConfig(**kwargs, params_dtype=dtype, bf16=dtype == torch.bfloat16)
+
+
+def build(kind: str, cfg, seed: int = 1234):
+    """'grouped' (what LocalSpecProvider.grouped_mlp_modules(True) builds) or 'sequential'."""
+    from megatron.core.models.backends import LocalSpecProvider
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.moe.moe_utils import get_default_pg_collection
+
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+    builder = LocalSpecProvider().grouped_mlp_modules(kind == "grouped")
+    return builder(cfg.num_moe_experts, cfg, pg_collection=get_default_pg_collection())
+
+
+def sequential_name(name: str) -> str:
+    """linear_fc1.weight2 -> local_experts.2.linear_fc1.weight."""
+    linear, param = name.split(".")
+    kind = param.rstrip("0123456789")
+    return f"local_experts.{param[len(kind):]}.{linear}.{kind}"
+
+
+def canonical(module) -> dict:
+    """{SequentialMLP's parameter name: tensor} of either class."""
+    return {(sequential_name(n) if n.startswith("linear_fc") else n): p for n, p in module.named_parameters()}
+
+
+def run_experts(module, cfg, tokens_per_expert):
+    generator = torch.Generator().manual_seed(7)
+    total = sum(tokens_per_expert)
+    hidden = torch.randn(total, cfg.hidden_size, generator=generator).to(cfg.params_dtype).requires_grad_()
+    probs = torch.rand(total, generator=generator)
+    output, _ = module(hidden, torch.tensor(tokens_per_expert), probs)
+    grad = torch.randn(output.shape, generator=generator).to(output.dtype)
+    output.backward(grad)
+    grads = {name: p.grad.detach().float().clone() for name, p in module.named_parameters()}
+    return output.detach().float(), hidden.grad.detach().float(), grads
+
+
+def compare(tokens_per_expert=TOKENS_PER_EXPERT, **overrides) -> dict:
+    cfg = config(**overrides)
+    grouped, sequential = build("grouped", cfg), build("sequential", cfg)
+    seq_params = dict(sequential.named_parameters())
+    same_init = all(torch.equal(p, seq_params[sequential_name(n)]) for n, p in grouped.named_parameters())
+    out_g, dx_g, grads_g = run_experts(grouped, cfg, tokens_per_expert)
+    out_s, dx_s, grads_s = run_experts(sequential, cfg, tokens_per_expert)
+    grad_diff = max((g - grads_s[sequential_name(n)]).abs().max().item() for n, g in grads_g.items())
+    empty = [i for i, n in enumerate(tokens_per_expert) if n == 0]
+    return {
+        "class": type(grouped).__name__,
+        "same_init": same_init,
+        "out_diff": (out_g - out_s).abs().max().item() if out_g.numel() else 0.0,
+        "out_scale": out_s.abs().max().item() if out_s.numel() else 0.0,
+        "dx_diff": (dx_g - dx_s).abs().max().item() if dx_g.numel() else 0.0,
+        "grad_diff": grad_diff,
+        "grad_scale": max(g.abs().max().item() for g in grads_s.values()),
+        "empty_expert_grads_zero": all(grads_g[f"linear_fc{k}.weight{i}"].abs().max().item() == 0
+                                       for i in empty for k in (1, 2)),
+    }
+
+
+def exact() -> dict:
+    import torch.nn.functional as F
+
+    bf16 = torch.bfloat16
+    try:
+        build("grouped", config(recompute_granularity="selective", recompute_modules=["moe_act"], moe_grouped_gemm=True))
+        recompute = None
+    except ValueError as error:
+        recompute = str(error)
+    return {
+        "recompute moe_act refused": recompute,
+        "swiglu fp32": compare(),
+        "swiglu bf16": compare(dtype=bf16),
+        "swiglu fused bf16": compare(dtype=bf16, bias_activation_fusion=True),
+        "gelu fp32": compare(gated_linear_unit=False, activation_func=F.gelu),
+        "all empty bf16": compare(tokens_per_expert=[0] * EXPERTS, dtype=bf16),
+        "one expert bf16": compare(tokens_per_expert=[0, 0, 0, 11], dtype=bf16),
+    }
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append([record.levelname, record.getMessage()])
+
+
+def kernel() -> dict:
+    """The grouped module's log records over several layers and dtypes, and its choices (the first
+    group of its process: nothing said before)."""
+    from megatron.core.transformer.moe import torch_grouped_mlp
+
+    handler = Records()
+    log = logging.getLogger(torch_grouped_mlp.__name__)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    for dtype in (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16):
+        cfg = config(dtype=dtype)
+        run_experts(build("grouped", cfg), cfg, TOKENS_PER_EXPERT)
+    odd = config(hidden_size=12, moe_ffn_hidden_size=20, ffn_hidden_size=20, dtype=torch.bfloat16)  # 24-byte rows
+    odd_result = run_experts(build("grouped", odd), odd, TOKENS_PER_EXPERT)
+    sequential = build("sequential", odd)
+    # What the backward keeps: the input and the experts' own weights, no stacked copy of them.
+    x = torch.randn(6, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+    weights = [torch.randn(2 * FFN, HIDDEN, dtype=torch.bfloat16, requires_grad=True) for _ in range(EXPERTS)]
+    kept = torch_grouped_mlp.grouped_linear(x, weights, [2, 0, 4, 0]).grad_fn.saved_tensors
+    return {
+        "saved_shapes": [list(t.shape) for t in kept],
+        "records": handler.lines,
+        "grouped_mm": torch_grouped_mlp.GROUPED_MM_NAME,
+        "choices": {f"{dtype} {k}->{n}": chosen for (_, dtype, k, n), chosen in torch_grouped_mlp._KERNELS.items()},
+        "odd_shape_diff": (odd_result[0] - run_experts(sequential, odd, TOKENS_PER_EXPERT)[0]).abs().max().item(),
+    }
+
+
+def layer() -> dict:
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    result = {}
+    for grouped in (True, False):
+        cfg = config(moe_grouped_gemm=grouped, add_bias_linear=False)
+        spec = get_gpt_layer_local_spec(num_experts=EXPERTS, moe_grouped_gemm=grouped)
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+        torch.manual_seed(3)
+        model_parallel_cuda_manual_seed(3)
+        built = TransformerLayer(cfg, spec.submodules)
+        result[str(grouped)] = type(built.mlp.experts).__name__
+    return result
+
+
+def describe(sharded: dict) -> dict:
+    from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
+
+    described = {}
+    for local_key, item in sorted(sharded.items()):
+        if isinstance(item, ShardedTensor):
+            described[local_key] = {"key": item.key, "global_shape": list(item.global_shape),
+                                    "global_offset": list(item.global_offset), "local_shape": list(item.local_shape)}
+        elif isinstance(item, ShardedObject):
+            described[local_key] = {"key": item.key, "global_shape": list(item.global_shape),
+                                    "global_offset": list(item.global_offset), "object": True}
+        else:  # a factory (SwiGLU's fc1 weight, split into its two halves)
+            described[local_key] = {"key": item.key, "factory": type(item).__name__}
+    return described
+
+
+def state_dict() -> dict:
+    result = {}
+    for name, overrides in (("swiglu", {}), ("gelu bias", {"gated_linear_unit": False, "add_bias_linear": True})):
+        cfg = config(**overrides)
+        grouped, sequential = build("grouped", cfg), build("sequential", cfg)
+        result[name] = {
+            "state_dict": {k: list(v.shape) for k, v in grouped.state_dict().items()},
+            "grouped": describe(grouped.sharded_state_dict(prefix="mlp.experts.")),
+            "sequential": describe(sequential.sharded_state_dict(prefix="mlp.experts.")),
+        }
+    return result
+
+
+def checkpoint() -> dict:
+    from megatron.core import dist_checkpointing
+
+    cfg = config()
+    result = {}
+    for source, target in (("grouped", "sequential"), ("sequential", "grouped")):
+        saved = build(source, cfg, seed=11)
+        directory = Path(os.getcwd()) / f"ckpt-{source}"
+        directory.mkdir()
+        dist_checkpointing.save(saved.sharded_state_dict(prefix="experts."), str(directory))
+        loaded = build(target, cfg, seed=99)
+        state = dist_checkpointing.load(loaded.sharded_state_dict(prefix="experts."), str(directory))
+        missing, unexpected = loaded.load_state_dict({k.removeprefix("experts."): v for k, v in state.items()},
+                                                     strict=True)
+        saved_params, loaded_params = canonical(saved), canonical(loaded)
+        equal = saved_params.keys() == loaded_params.keys() and all(
+            torch.equal(p, saved_params[n]) for n, p in loaded_params.items())
+        result[f"{source}->{target}"] = {"equal": equal, "missing": list(missing), "unexpected": list(unexpected),
+                                         "params": len(loaded_params)}
+    return result
+
+
+def run(group: str) -> dict:
+    setup(Path(os.getcwd()))
+    return {name: globals()[name]() for name in group.split(",")}
