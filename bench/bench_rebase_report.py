@@ -4,7 +4,8 @@ reshaped.
 
     ROCMPATCH_TEST_UPSTREAM=<mirror> python bench/bench_rebase_report.py [--release NAME] [--series-dir DIR] [REF ...]
 
-REFs default to core_v0.18.2 core_v0.17.1 core_v0.16.1 main; the release to the default one.
+REFs default to the pinned refs of the other releases in upstream.lock (newest first), then main;
+the release to the default one.
 Prints one line per ref (its commit and date: main moves), the conflicting patches and their files
 with --files, the seconds each report took; asserts nothing, writes nothing.
 """
@@ -21,12 +22,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rocmpatch import gitcmd, releases, series, store  # noqa: E402
 from rocmpatch.operations import rebase_report  # noqa: E402
 
-REFS = ["core_v0.18.2", "core_v0.17.1", "core_v0.16.1", "main"]
+
+
+def default_refs(patchsets, release: str) -> list[str]:
+    """The other releases' pinned refs, newest first, then main: the refs a port goes to."""
+    locks = patchsets.lock_file().releases
+    others = sorted((lock.upstream for name, lock in locks.items() if name != release), key=lambda u: u.date, reverse=True)
+    return [upstream.ref for upstream in others] + ["main"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("refs", nargs="*", default=REFS, metavar="REF")
+    parser.add_argument("refs", nargs="*", metavar="REF")
     parser.add_argument("--release", default=None)
     parser.add_argument("--series-dir", type=Path, default=None)
     parser.add_argument("--files", action="store_true", help="each conflicting patch's files too")
@@ -36,6 +43,7 @@ def main() -> None:
         sys.exit("set ROCMPATCH_TEST_UPSTREAM to a git mirror of NVIDIA/Megatron-LM")
     location = releases.choose(args.series_dir, args.release).location
     loaded = series.load(location)
+    args.refs = args.refs or default_refs(location.patchsets, location.release)
     pin = loaded.locked().upstream.commit
     repo, commits = store.history_repo(mirror.removeprefix("file://"), [pin, *args.refs])
     patches = list(loaded.patches)
