@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rocmpatch.data.idx import read_index
+from rocmpatch.data.idx import check_pair
 from rocmpatch.errors import UsageError
+from rocmpatch.files import shown
 from rocmpatch.recipes import inputs
 
 PARTS = ("training", "validation", "test")
@@ -63,14 +64,14 @@ def fit(args: dict, given: set[str]) -> tuple[dict, tuple[str, ...]]:
     if args.get("--mock-data") is True or not value or value is True:
         return args, ()
     for prefix in inputs.prefixes([value] if isinstance(value, str) else [str(v) for v in value]):
-        documents = read_index(Path(prefix + ".idx")).documents
+        documents = check_pair(Path(prefix + ".bin"), Path(prefix + ".idx")).documents
         if documents == 0:
-            raise UsageError(f"--data-path {prefix}: no document in it", hint="prepare it again from files that hold text")
+            raise UsageError(f"--data-path {shown(prefix)}: no document in it", hint="prepare it again from files that hold text")
         empty = _empty_parts(args, documents)
         if not empty:
             continue
         split = args.get("--split", "969,30,1")
-        what = f"--data-path {prefix}: {documents} document(s) leave the {' and '.join(empty)} part{'s' * (len(empty) > 1)} of --split {split} empty"
+        what = f"--data-path {shown(prefix)}: {documents} document(s) leave the {' and '.join(empty)} part{'s' * (len(empty) > 1)} of --split {split} empty"
         if given & set(WHOLE):
             raise UsageError(f"{what} (Megatron would wait forever building it)",
                              hint=f"give at least {fewest_documents(split)} documents, or train on all of them: --split 100,0,0 --eval-iters 0")
