@@ -73,7 +73,10 @@ def recipe_shapes() -> list[tuple[str, int, int, int]]:
                    (f"{label} proj", tokens, heads * head_dim // tp, hidden),
                    (f"{label} fc1", tokens, hidden, 2 * ffn // tp),
                    (f"{label} fc2", tokens, ffn // tp, hidden)]
-    return shapes
+    unique: dict[tuple, str] = {}
+    for label, *shape in shapes:  # llama3-8b-fp8 has llama3-8b's shapes
+        unique.setdefault(tuple(shape), label)
+    return [(label, *shape) for shape, label in unique.items()]
 
 
 def timed(run, device, repeat: int) -> float:
