@@ -59,6 +59,15 @@ def test_te_only_fp8_options_are_refused_naming_the_flag(fp8_results, case, flag
     assert error.startswith(f"RuntimeError: {flag} ") and f"drop {flag}" in error, error
 
 
+def test_recompute_through_te_s_checkpoint_is_refused_and_full_recompute_runs(fp8_results):
+    args = fp8_results["args"]
+    error = error_of(fp8_results, "selective mlp")
+    assert error.startswith("RuntimeError: --recompute-modules mlp with --fp8-format needs Transformer Engine"), error
+    assert error_of(fp8_results, "mtp full recompute").startswith(
+        "RuntimeError: --mtp-num-layers with --recompute-granularity full and --fp8-format needs Transformer Engine")
+    assert args["selective core_attn"]["error"] is None and args["full recompute"]["error"] is None
+
+
 @pytest.mark.parametrize("case, says", [("gfx90a", "gfx90a has no FP8 GEMM"),
                                         ("sm80", "compute capability 8.0 has no FP8 GEMM"),
                                         ("no fp8 gemm in build", "has no FP8 GEMM for torch.float8_e4m3fn x torch.float8_e4m3fn on cpu")])
@@ -126,6 +135,9 @@ def test_block_runs_each_fp8_layer_s_four_linears_in_fp8(fp8_results):
     assert block["first/last bf16"]["forward_calls_per_layer"] == [0, 4, 4, 0]
     assert block["first/last bf16"]["backward_calls"] == 16
     assert block["bf16"]["forward_calls_per_layer"] == [0, 0, 0, 0] and block["bf16"]["backward_calls"] == 0
+    # Full recompute (tensor_parallel.checkpoint without TE): the forward again in FP8 before each backward.
+    assert block["full recompute"]["forward_calls_per_layer"] == [4, 4, 4, 4]
+    assert block["full recompute"]["backward_calls"] == 16 + 32
     assert all(case["finite"] and not case["active_after"] for case in block.values() if "finite" in case)
     for recipe, error in block["refused"].items():
         assert error.startswith(f"Fp8Unavailable: fp8_recipe '{recipe}' needs Transformer Engine"), error

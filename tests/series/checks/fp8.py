@@ -10,8 +10,9 @@ Groups:
 - formats: the formats device_formats picks per device (gfx942, gfx950, gfx90a, CUDA 9.0 and 8.0
   simulated; the CPU real);
 - block: a 4-layer TransformerBlock of the local spec under get_fp8_context (TE's per-layer
-  contexts): which layers call torch._scaled_mm, with and without --first-last-layers-bf16, and
-  nothing outside the block; recipes other than tensorwise refused by get_fp8_context;
+  contexts): which layers call torch._scaled_mm, with and without --first-last-layers-bf16, with
+  full recompute, and nothing outside the block; recipes other than tensorwise refused by
+  get_fp8_context;
 - tp: one rank of a TP 2 + SP job (run_ranks): column- then row-parallel linear in FP8 against the
   same layers in BF16, forward and backward, and the _scaled_mm calls of this rank.
 """
@@ -43,6 +44,12 @@ ARG_CASES = {
     "custom": ["--fp8-format", "e4m3", "--fp8-recipe", "custom"],
     "param gather": [*TENSORWISE, "--fp8-param-gather", "--use-distributed-optimizer"],
     "output proj": [*TENSORWISE, "--fp8-output-proj"],
+    "selective mlp": [*TENSORWISE, "--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"],
+    "selective core_attn": [*TENSORWISE, "--recompute-granularity", "selective", "--recompute-modules", "core_attn"],
+    "full recompute": [*TENSORWISE, "--recompute-granularity", "full", "--recompute-method", "uniform",
+                       "--recompute-num-layers", "1"],
+    "mtp full recompute": [*TENSORWISE, "--recompute-granularity", "full", "--recompute-method", "uniform",
+                           "--recompute-num-layers", "1", "--mtp-num-layers", "1"],
     "grouped experts": [*TENSORWISE, "--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm"],
     "gfx90a": TENSORWISE,
     "sm80": TENSORWISE,
@@ -219,12 +226,14 @@ def block() -> dict:
         kwargs.update(overrides)
         return TransformerConfig(**kwargs)
 
+    full_recompute = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
     for name, overrides in (("all layers", {}), ("first/last bf16", {"first_last_layers_bf16": True}),
-                            ("bf16", {"fp8": None})):
+                            ("bf16", {"fp8": None}), ("full recompute", full_recompute)):
         cfg = config(**overrides)
         torch.manual_seed(1)
         model_parallel_cuda_manual_seed(1)
         layers = TransformerBlock(cfg, get_gpt_layer_local_spec())
+        layers.train()
         x = torch.randn(16, 2, 64, dtype=torch.bfloat16, requires_grad=True)
         calls, per_layer = [], []
         for layer in layers.layers:  # which layers' linears reach torch._scaled_mm
@@ -232,10 +241,10 @@ def block() -> dict:
         with recorded_scaled_mm(calls):
             out = layers(x, attention_mask=None)
             forward_calls = len(calls)
+            marks = [*per_layer, forward_calls]  # the forward's (a recompute calls the hooks again)
             out.float().sum().backward()
-        per_layer.append(forward_calls)
         result[name] = {
-            "forward_calls_per_layer": [b - a for a, b in zip(per_layer, per_layer[1:])],
+            "forward_calls_per_layer": [b - a for a, b in zip(marks, marks[1:])],
             "backward_calls": len(calls) - forward_calls,
             "dtypes": sorted({f"{a} x {b}" for a, b, *_ in calls}),
             "finite": bool(torch.isfinite(out).all() and torch.isfinite(x.grad).all()),
