@@ -19,6 +19,10 @@ class OutOfTolerance(Exception):
     """A check found a wrong result it can name without comparing numbers (a dtype, a lost attribute)."""
 
 
+class NotOnThisDevice(Exception):
+    """The device has no kernel for what the check asks (FP8 GEMMs on gfx90a): skipped, saying why."""
+
+
 # --- the checks: each returns [(what, output, reference), ...] for one device and dtype -------------
 
 def _softmax_inputs(torch, device, dtype, b=2, heads=4, sq=64, sk=64):
@@ -431,6 +435,7 @@ TENSOR_PARALLEL_LAYERS = "megatron/core/tensor_parallel/layers.py"
 CORE_ATTENTION = "megatron/core/transformer/dot_product_attention.py"
 TORCH_NORM = "megatron/core/transformer/torch_norm.py"
 GROUPED_EXPERTS = "megatron/core/transformer/moe/torch_grouped_mlp.py"
+FP8_LINEAR = "megatron/core/extensions/torch_fp8.py"
 SOFTMAX_VARIANTS = ("causal", "causal-no-mask", "padding", "no-mask")
 
 
@@ -488,6 +493,39 @@ def _run_grouped_gemm(torch, shape, device, dtype):
     return results
 
 
+def _run_fp8_gemm(torch, device, dtype):
+    """One linear layer's three GEMMs (forward, grad-input, grad-weight) through fp8-tensorwise-local
+    (torch._scaled_mm, tensorwise dynamic scaling, hybrid: e5m2 gradients) in the device's formats,
+    each against the same GEMM in fp32 on the dequantized FP8 operands; the FP8 rounding against
+    the BF16 GEMM of the unquantized operands must stay within 10%. Each result names the formats
+    (fnuz on gfx942, OCP on gfx950, CUDA and CPU); a device without FP8 GEMMs is skipped saying why."""
+    from megatron.core.extensions import torch_fp8
+
+    try:
+        formats = torch_fp8.probe(device)
+    except torch_fp8.Fp8Unavailable as error:
+        raise NotOnThisDevice(f"FP8 is not available: {error}") from None
+    tokens, hidden, out_features = (8192, 4096, 4096) if device.type == "cuda" else (64, 64, 32)
+    recipe = torch_fp8.TensorwiseFp8(hybrid=True)
+    forward_format, gradient_format = recipe.formats(device)
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(tokens, hidden, generator=generator).to(device=device, dtype=dtype)
+    w = (torch.randn(out_features, hidden, generator=generator) * hidden ** -0.5).to(device=device, dtype=dtype)
+    g = (torch.randn(tokens, out_features, generator=generator) * 1e-3).to(device=device, dtype=dtype)
+    (xq, xs), (wq, ws), (gq, gs) = (torch_fp8.quantize(x, forward_format), torch_fp8.quantize(w, forward_format),
+                                    torch_fp8.quantize(g, gradient_format))
+    xd, wd, gd = xq.float() * xs, wq.float() * ws, gq.float() * gs
+    where = f"{formats} [{tokens} x {hidden} -> {out_features}]"
+    results = [(f"{where} forward", recipe.forward(x, w), xd @ wd.t()),
+               (f"{where} grad-input", recipe.dgrad(g, w), gd @ wd),
+               (f"{where} grad-weight", recipe.wgrad(g, x), gd.t() @ xd)]
+    for (what, out, _), bf16 in zip(results, (x @ w.t(), g @ w, g.t() @ x)):
+        rounding = ((out.float() - bf16.float()).abs().max() / bf16.float().abs().max()).item()
+        if rounding > 0.1:
+            raise OutOfTolerance(f"{what}: {rounding:.3g} from the BF16 GEMM (FP8 rounding allows 0.1)")
+    return results
+
+
 def _named(label: str, what: str) -> str:
     return f"{label} {what}" if label else what
 
@@ -533,6 +571,7 @@ REGISTRY: dict[str, tuple[Check, ...]] = {
         Check(f"grouped GEMM {shape[0]} experts", GROUPED_EXPERTS, lambda t, d, x, s=shape: _run_grouped_gemm(t, s, d, x),
               dtypes=("bfloat16", "float32"))
         for shape in RECIPE_EXPERT_SHAPES),
+    "core-fp8-gemm": (Check("FP8 GEMM (tensorwise, hybrid)", FP8_LINEAR, _run_fp8_gemm, dtypes=("bfloat16",)),),
 }
 
 
