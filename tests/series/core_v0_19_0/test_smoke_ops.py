@@ -42,6 +42,9 @@ def test_patched_tree_passes_every_listed_op_check(tree019):
     # --fp8-format hybrid --fp8-recipe tensorwise's GEMMs on torch._scaled_mm, naming the formats
     (fp8,) = [c for c in ops.extra["cases"] if c["check"] == "FP8 GEMM (tensorwise, hybrid)"]
     assert fp8["status"] == "passed" and fp8["detail"].startswith("worst: OCP (cpu) [64 x 64 -> 32] "), fp8
+    # te-spec-torch: the TE layer spec without TE, TE's names, the local spec's numbers (fp32, bf16, fp16)
+    te_spec = [c for c in ops.extra["cases"] if c["check"] == "TE layer spec without TE"]
+    assert len(te_spec) == 3 and all(c["status"] == "passed" for c in te_spec), te_spec
 
 
 def test_tree_without_torch_norm_sp_fails_naming_file_and_patch(tree019, tmp_path):
