@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One short GPU session, for a machine lent for minutes: the machine's facts, the throughput bench
-# (fast against explicit attention), then `rocmpatch smoke` on GPU 0 for each tree given.
+# (fast against explicit attention, and the fast path in FP8), the FP8 against BF16 GEMM
+# micro-bench at the Llama recipes' shapes, then `rocmpatch smoke` on GPU 0 for each tree given.
 #
 #   bench/gpu_session.sh OUT_DIR TREE_TGZ:RELEASE [TREE_TGZ:RELEASE ...]
 #
 # Each tarball holds a patched tree (`tar czf t.tgz -C Megatron-LM megatron pretrain_gpt.py
 # gpt_builders.py model_provider.py` for core_v0.19.0; the whole tree without .git for core_v0.5.0).
-# The bench runs on the first tree. LAYERS and STEPS bound its time (default 4 layers, 8 steps:
-# about 3 minutes on one H100); rocmpatch runs from this checkout. Results go to OUT_DIR.
+# The benches run on the first tree. LAYERS and STEPS bound the throughput bench's time (default 4
+# layers, 8 steps: about 3 minutes on one H100 for fast and explicit; --fp8 adds one more path);
+# rocmpatch runs from this checkout. Results go to OUT_DIR.
 set -u
 export PYTHONUNBUFFERED=1
 out=$1; shift
@@ -20,9 +22,11 @@ for spec in "$@"; do
     tree=$(mktemp -d) && tar xzf "$tarball" -C "$tree" || exit 1
     if [ "$first" = 1 ]; then
         first=0
-        timeout 290 python3 "$repo/bench/train_throughput.py" --target "$tree" --skip-smoke --skip-context-parallel \
-            --layers "${LAYERS:-4}" --steps "${STEPS:-8}" --out "$out/throughput.json" 2>&1 | tee "$out/throughput.log"
+        timeout 400 python3 "$repo/bench/train_throughput.py" --target "$tree" --skip-smoke --skip-context-parallel \
+            --fp8 --layers "${LAYERS:-4}" --steps "${STEPS:-8}" --out "$out/throughput.json" 2>&1 | tee "$out/throughput.log"
         echo "bench exit ${PIPESTATUS[0]}"
+        timeout 120 python3 "$repo/bench/bench_fp8_gemm.py" --tree "$tree" --device cuda 2>&1 | tee "$out/fp8_gemm.log"
+        echo "fp8 gemm bench exit ${PIPESTATUS[0]}"
     fi
     PYTHONPATH=$repo timeout 240 python3 -m rocmpatch smoke --target "$tree" --release "$release" --gpus 0 --json \
         >"$out/smoke-$release.json" 2>"$out/smoke-$release.err"

@@ -12,6 +12,8 @@ Each rank writes OUT.<rank>.json at exit:
 - attention_ops: the names of the attention ops and GPU kernels the torch profiler saw during the
   step ROCMPATCH_PROBE_PROFILE_STEP (default 2; 0: no profile), with their counts;
 - optimizers: class, fused and foreach of each torch Adam/AdamW built;
+- scaled_mm: {"<a dtype> x <b dtype>": count} of torch._scaled_mm calls (the FP8 GEMMs of --fp8-format
+  without Transformer Engine);
 - peak_bytes, peak_how: on a GPU torch.cuda.max_memory_allocated over the whole run; on the CPU,
   with ROCMPATCH_PROBE_MEMORY=1, the peak of live tensor bytes over the whole run, summed from the
   torch profiler's memory events (every allocation and free of the CPU allocator), else None.
@@ -30,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 ATTENTION_WORDS = ("attention", "attn", "fmha", "flash", "sdpa", "softmax")
-RESULT: dict = {"step_seconds": [], "step_cpu_seconds": [], "sdpa": {}, "attention_ops": {}, "optimizers": [], "flops_per_step": None,
+RESULT: dict = {"step_seconds": [], "step_cpu_seconds": [], "sdpa": {}, "attention_ops": {}, "optimizers": [], "scaled_mm": {},
+                "flops_per_step": None,
                 "peak_bytes": None, "peak_how": None, "device": None}
 
 
@@ -50,6 +53,17 @@ def _record_sdpa() -> None:
         return real(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
 
     F.scaled_dot_product_attention = sdpa
+
+
+def _record_scaled_mm() -> None:
+    real = torch._scaled_mm
+
+    def scaled_mm(a, b, *args, **kwargs):
+        pair = f"{str(a.dtype).removeprefix('torch.')} x {str(b.dtype).removeprefix('torch.')}"
+        RESULT["scaled_mm"][pair] = RESULT["scaled_mm"].get(pair, 0) + 1
+        return real(a, b, *args, **kwargs)
+
+    torch._scaled_mm = scaled_mm
 
 
 def _record_optimizers() -> None:
@@ -149,6 +163,7 @@ def main() -> None:
     stop_peak = _peak_tracker()
     atexit.register(_write, stop_peak)
     _record_sdpa()
+    _record_scaled_mm()
     _record_optimizers()
     _wrap_train_step(int(os.environ.get("ROCMPATCH_PROBE_PROFILE_STEP", "2")))
     runpy.run_path(script, run_name="__main__")

@@ -28,6 +28,13 @@ with 16 experts on the CPU), with the experts one after another (SequentialMLP, 
 and as torch grouped GEMMs (--moe-grouped-gemm, "moe-grouped"): grouped_over_sequential_moe_tokens_per_second
 is their ratio, and the grouped run's line naming its kernel is kept ("moe_grouped_kernel").
 
+--fp8 adds an "fp8" path: the fast path's shape and flags with --fp8-format hybrid --fp8-recipe
+tensorwise, which without Transformer Engine runs the attention and MLP linear layers' GEMMs on
+torch._scaled_mm (patch fp8-tensorwise-local; e4m3 forward, e5m2 gradients, the device's formats);
+fp8_over_fast_tokens_per_second is its tokens/s over the fast path's (BF16), and the path's
+"scaled_mm" counts the FP8 GEMMs by operand dtypes, so a run that fell back to BF16 shows none. On
+the CPU the FP8 kernel is a reference loop: the ratio there says nothing about a GPU.
+
 --baseline-tree DIR adds a third path: DIR trained with the recipes' flags from before the fast path
 (every fusion off, the dataloader's mask), e.g. a tree patched by an older rocmpatch: the step time
 ratio of the fast path against it is printed.
@@ -54,6 +61,7 @@ from training_runs import (  # noqa: E402
 GIB = 1 << 30
 WARMUP = 2
 CONTEXT_PARALLEL = ["--context-parallel-size", "2"]
+FP8_FLAGS = ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
 CP_RELATIVE = 1e-4  # CP 2 against CP 1 in fp32: the same losses but for the order of floating-point sums
 TREE_FILES = ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py")
 
@@ -144,16 +152,19 @@ def measure(name: str, tree: Path, shape: Shape, flags: list[str], steps: int, d
         "estimate_gib": est.total_gib, "estimate": est.to_json(),
         "peak_over_estimate": (measured / GIB) / est.total_gib if measured else None,
         "attention_kernels": run.probe.get("attention_ops", {}), "sdpa_calls": run.probe.get("sdpa", {}),
-        "optimizers": run.probe.get("optimizers", []),
+        "optimizers": run.probe.get("optimizers", []), "scaled_mm": run.probe.get("scaled_mm", {}),
     })
     return result
 
 
-def paths_to_train(tree: Path, device: str, gpu: dict, baseline: Path | None, skip_cp: bool, moe: bool = False) -> dict:
-    """{path: (tree, flags, GPUs[, shape])}: the fast and explicit paths on one GPU, the baseline tree's,
-    context parallel 2 on two GPUs where there are two, and with `moe` the MoE block with sequential
-    and grouped experts (their own shape)."""
+def paths_to_train(tree: Path, device: str, gpu: dict, baseline: Path | None, skip_cp: bool, moe: bool = False,
+                   fp8: bool = False) -> dict:
+    """{path: (tree, flags, GPUs[, shape])}: the fast and explicit paths on one GPU, with `fp8` the
+    fast path in FP8, the baseline tree's, context parallel 2 on two GPUs where there are two, and
+    with `moe` the MoE block with sequential and grouped experts (their own shape)."""
     paths = {"fast": (tree, list(FAST_FLAGS), 1), "explicit": (tree, [*FAST_FLAGS, "--attention-backend", "unfused"], 1)}
+    if fp8:
+        paths["fp8"] = (tree, [*FAST_FLAGS, *FP8_FLAGS], 1)
     if baseline:
         paths["baseline"] = (baseline.resolve(), list(OLD_FLAGS), 1)
     if not skip_cp and device == "cuda" and gpu["count"] >= 2:
@@ -224,6 +235,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="train every path this many times, alternating; "
                         "times are the median over rounds (for a shared machine)")
     parser.add_argument("--moe", action="store_true", help="also train the MoE block with sequential and grouped experts")
+    parser.add_argument("--fp8", action="store_true", help="also train the fast path in FP8 (--fp8-format hybrid "
+                        "--fp8-recipe tensorwise: torch._scaled_mm without Transformer Engine)")
     parser.add_argument("--skip-context-parallel", action="store_true",
                         help="leave out the context-parallel run (two GPUs) or exactness check (one GPU or none)")
     args = parser.parse_args()
@@ -243,7 +256,7 @@ def main() -> int:
             print("smoke on the GPU ...", flush=True)
             report["smoke"] = run_smoke(tree, work, args.release)
             print(f"smoke: {'passed' if report['smoke']['ok'] else 'FAILED'}", flush=True)
-        paths = paths_to_train(tree, device, gpu, args.baseline_tree, args.skip_context_parallel, args.moe)
+        paths = paths_to_train(tree, device, gpu, args.baseline_tree, args.skip_context_parallel, args.moe, args.fp8)
         cp_throughput = "cp2" in paths
         rounds: dict[str, list[dict]] = {name: [] for name in paths}
         for index in range(args.rounds):  # the paths alternate, so a change in the machine's load hits each alike
@@ -265,6 +278,8 @@ def main() -> int:
                                           if cp2.get("ok") and fast.get("ok") else None}
         elif not args.skip_context_parallel:
             report["context_parallel"] = context_parallel_exactness(tree, steps, work / "context-parallel")
+        if args.fp8 and fast.get("ok") and report["paths"]["fp8"].get("ok"):
+            report["fp8_over_fast_tokens_per_second"] = report["paths"]["fp8"]["tokens_per_second"] / fast["tokens_per_second"]
         if args.moe:
             report.update(moe_report(report["paths"]["moe-sequential"], report["paths"]["moe-grouped"], paths))
         if "baseline" in report["paths"] and fast.get("ok") and report["paths"]["baseline"].get("ok"):
@@ -331,6 +346,10 @@ def print_summary(report: dict) -> None:
               + (f"largest relative loss difference {worst:.1e} ({'ok' if cp['ok'] else 'FAILED'}, tolerance {cp['tolerance']:g})"
                  if worst is not None else f"FAILED: {cp.get('error', 'iterations missing')}"))
         print("\n".join(f"    {line}" for line in cp.get("log_tail", [])))
+    if "fp8_over_fast_tokens_per_second" in report:
+        fp8_gemms = report["paths"]["fp8"]["scaled_mm"]
+        print(f"fp8 / fast (bf16) tokens/s: {report['fp8_over_fast_tokens_per_second']:.2f}x; torch._scaled_mm calls: "
+              + (", ".join(f"{pair} {count}" for pair, count in sorted(fp8_gemms.items())) or "none (not FP8)"))
     if report.get("grouped_over_sequential_moe_tokens_per_second"):
         print(f"MoE ({report['moe_shape']['name']}): grouped / sequential experts tokens/s: "
               f"{report['grouped_over_sequential_moe_tokens_per_second']:.2f}x; {report['moe_grouped_kernel']}")

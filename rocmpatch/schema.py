@@ -248,6 +248,8 @@ FEATURES = {
     "mtp": "multi-token prediction's loss on CPU",
     "context-parallel": "context parallelism without Transformer Engine (p2p and all_gather rings)",
     "data-prepare": "rocmpatch data prepare writes what the tree's pretrain_gpt.py trains on",
+    "fp8": "--fp8-format with --fp8-recipe tensorwise without TE runs the linear layers' GEMMs in FP8 on torch._scaled_mm; what cannot run is refused in one line",
+    "te-spec-torch": "without Transformer Engine the TE layer spec builds torch modules with TE's names, equal to the local spec",
     "legacy-model": "the legacy megatron/model GPT trains on CPU, saves and resumes",
 }
 

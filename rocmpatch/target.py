@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused, UsageError
-from rocmpatch.files import file_lock
+from rocmpatch.files import file_lock, shown
 from rocmpatch.processes import interruption_point  # noqa: F401  (the place callers know it by)
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
@@ -35,15 +35,9 @@ def usable_target(text: str) -> Path:
     directory = Path(os.path.normpath(os.path.expanduser(text)))
     refuse_unusable_path(directory)
     if os.path.islink(directory) and not os.path.exists(directory):
-        raise UsageError(f"--target {_shown(directory)}: a symlink that leads nowhere (dangling, or a loop); nothing was done",
+        raise UsageError(f"--target {shown(directory)}: a symlink that leads nowhere (dangling, or a loop); nothing was done",
                          hint="give the checkout's directory itself, or fix the link")
     return directory
-
-
-def _shown(path: Path) -> str:
-    """A path for one line of text: quoted when it holds a control character or bytes that are not UTF-8."""
-    text = str(path)
-    return repr(text) if any(ord(char) < 32 or 0xDC80 <= ord(char) <= 0xDCFF for char in text) else text
 
 
 def refuse_unusable_path(directory: Path) -> None:
@@ -61,9 +55,9 @@ def refuse_unusable_path(directory: Path) -> None:
     path_max, name_max = path_limit(existing, "PC_PATH_MAX", 4096), path_limit(existing, "PC_NAME_MAX", 255)
     names = text.rstrip(b"/").split(b"/")
     if len(text) + TREE_ROOM > path_max or max(map(len, names)) > name_max or len(names[-1]) + BUILD_NAME_ROOM > name_max:
-        shown = text.decode("utf-8", "surrogateescape")
-        shown = shown if len(shown) <= 100 else f"{shown[:48]}...{shown[-48:]}"
-        raise UsageError(f"--target {shown}: the path is too long ({len(text)} bytes, its last name {len(names[-1])}); "
+        decoded = text.decode("utf-8", "surrogateescape")
+        abridged = decoded if len(decoded) <= 100 else f"{decoded[:48]}...{decoded[-48:]}"
+        raise UsageError(f"--target {abridged}: the path is too long ({len(text)} bytes, its last name {len(names[-1])}); "
                          f"a checkout needs a path under {path_max - TREE_ROOM} bytes and a last name under "
                          f"{name_max - BUILD_NAME_ROOM}; nothing was done", hint="choose a shorter path")
 
@@ -102,23 +96,23 @@ def not_a_checkout(directory: Path, *, creating: bool = False, needs: str | None
     """What `directory` is, given as a target that is no checkout's top (or, with `needs`, has no
     such file): missing, a file, inside a checkout (naming its top), or a directory that is none.
     `creating`: for apply, which makes a checkout where nothing is yet."""
-    shown = _shown(directory)
+    named = shown(directory)
     if not os.path.lexists(directory):
-        return TargetRefused(f"{shown}: does not exist", hint="give the checkout `rocmpatch apply --target DIR` made (apply creates it)")
+        return TargetRefused(f"{named}: does not exist", hint="give the checkout `rocmpatch apply --target DIR` made (apply creates it)")
     if not os.path.isdir(directory):
         kind = "a file" if os.path.isfile(directory) else "not a directory"
-        return TargetRefused(f"{shown}: is {kind}, not a checkout's directory",
+        return TargetRefused(f"{named}: is {kind}, not a checkout's directory",
                              hint=APPLY_MAKES if creating else "give the checkout's directory")
     top = enclosing_top(directory)
     if needs and (top is None or not (top / needs).is_file()):
-        return TargetRefused(f"{shown}: has no {needs}, so it is no Megatron-LM tree",
+        return TargetRefused(f"{named}: has no {needs}, so it is no Megatron-LM tree",
                              hint="give the checkout `rocmpatch apply --target DIR` made")
     if top is not None:
-        fix = f"give --target {_shown(top)}"
-        return TargetRefused(f"{shown}: is inside the checkout {_shown(top)}, not its top",
+        fix = f"give --target {shown(top)}"
+        return TargetRefused(f"{named}: is inside the checkout {shown(top)}, not its top",
                              hint=f"{fix}; or, for a new checkout, {APPLY_MAKES}" if creating else fix)
-    return TargetRefused(f"{shown}: is a directory but no git checkout",
-                         hint=f"{APPLY_MAKES}: give one, e.g. --target {_shown(directory / 'Megatron-LM')}" if creating
+    return TargetRefused(f"{named}: is a directory but no git checkout",
+                         hint=f"{APPLY_MAKES}: give one, e.g. --target {shown(directory / 'Megatron-LM')}" if creating
                          else "give the checkout `rocmpatch apply --target DIR` made")
 
 

@@ -148,3 +148,11 @@ def test_no_module_imports_a_higher_layer():
     known = modules()
     upward = [f"{name} -> {dep}" for name, path in known.items() for dep in imports(name, path, known) if layer_of(dep) > layer_of(name)]
     assert not upward, f"imports against docs/architecture.md's layers: {upward}"
+
+
+def test_only_the_table_module_builds_rich_tables():
+    """Rich cuts a cell with an ellipsis; rocmpatch.tables.Table never cuts what a user copies."""
+    direct = [name for name, path in modules().items()
+              if name != "rocmpatch.tables" and any(isinstance(node, ast.ImportFrom) and node.module == "rich.table"
+                                                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    assert direct == []

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from rocmpatch import store
 from rocmpatch.operations import drift
 from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError
 from rocmpatch.files import naming, refuse_unwritable_output
+from rocmpatch.tables import Table
 
 
 def run(*, upstream_url: str | None, series_dir: Path | None, ref: str | None, span: str | None, as_json: bool, markdown: Path | None,
@@ -75,9 +74,9 @@ def _where(item: drift.PatchDrift) -> str:
 
 
 def _table(report: drift.DriftReport) -> Table:
-    table = Table(title=f"drift of the series to {report.to_ref} ({report.to.id[:12]})", show_lines=False)
-    for column in ("patch", f"at {report.to_ref}", "first bad commit", "last good commit", "what no longer applies"):
-        table.add_column(column, overflow="fold")
+    table = Table("patch", f"at {report.to_ref}", "first bad commit", "last good commit", "what no longer applies",
+                  title=f"drift of the series to {report.to_ref} ({report.to.id[:12]})", show_lines=False,
+                  whole=("patch", "first bad commit", "last good commit"))
     for item in report.patches:
         style = {drift.APPLIES: "green", drift.OBSOLETE: "yellow"}.get(item.state, "red")
         table.add_row(patch_label(item.name, item.layer), f"[{style}]{item.state}[/]", _commit(item.first_bad), _commit(item.last_good), _where(item))

@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.markup import escape
-from rich.table import Table
 
 from rocmpatch import series, store
 from rocmpatch.operations import rebase, rebase_report, rebase_results
@@ -12,6 +11,7 @@ from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, err, out
 from rocmpatch.errors import ExitCode, TargetRefused, UsageError
 from rocmpatch.schema import is_release_name
+from rocmpatch.tables import Table
 
 
 def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None, series_dir: Path | None,
@@ -71,9 +71,7 @@ def _report(onto: str, upstream_url: str | None, series_dir: Path | None, releas
     if as_json:
         emit_json(found.to_json())
         return ExitCode.OK
-    table = Table(title=f"{found.release} onto {onto} ({found.onto[:12]})")
-    for column in ("patch", "result", "conflicts"):
-        table.add_column(column, overflow="fold")
+    table = Table("patch", "result", "conflicts", title=f"{found.release} onto {onto} ({found.onto[:12]})", whole=("patch", "conflicts"))
     styles = {rebase_report.EXACT: "green", rebase_report.THREE_WAY: "cyan", rebase_report.CONFLICT: "red"}
     for item in found.patches:
         result = f"[{styles[item.result]}]{item.result}[/]" + (" (upstream has it)" if item.upstream_has_it else "")
@@ -117,9 +115,7 @@ def _stopped_release(project: Path, patchsets: series.Patchsets, asked: str | No
 
 
 def _table(outcomes: list[rebase.Outcome]) -> Table:
-    table = Table(title="rebase")
-    for column in ("patch", "result", "conflicts"):
-        table.add_column(column)
+    table = Table("patch", "result", "conflicts", title="rebase", whole=("patch", "conflicts"))
     styles = {rebase.CLEAN: "green", rebase.MERGED: "cyan", rebase.RESOLVED: "cyan", rebase.OBSOLETE: "yellow", rebase.CONFLICT: "red"}
     for item in outcomes:
         table.add_row(item.name, f"[{styles[item.result]}]{item.result}[/]", ", ".join(item.files))

@@ -26,6 +26,14 @@ ARCH_NAMES = {
     "gfx1201": "Radeon RX 9070 / AI PRO R9700 (RDNA 4)",
 }
 
+# What --fp8-format needs per architecture without Transformer Engine (patch fp8-tensorwise-local:
+# torch._scaled_mm on hipBLASLt or cuBLASLt); megatron/core/extensions/torch_fp8.py has the same table.
+FP8_FORMATS = {
+    "gfx942": "the fnuz formats (torch.float8_e4m3fnuz / float8_e5m2fnuz)",
+    "gfx950": "the OCP formats (torch.float8_e4m3fn / float8_e5m2)",
+}
+FP8_CUDA_FROM = 89  # sm_89 (Ada) and newer have FP8 GEMMs, in the OCP formats
+
 PRIMUS = "AMD Primus, runner/helpers/envs/base_env.sh"
 FOLKLORE = {
     "PYTORCH_ROCM_DEVICE": "read by nothing (not by PyTorch, not by ROCm): unset it",
@@ -158,9 +166,24 @@ def _gpu_part(machine: Machine, b: _Builder) -> None:
             b.recommend("CUDA_DEVICE_MAX_CONNECTIONS", "1",
                         "one CUDA work queue keeps a tensor-parallel collective launched before the GEMM it overlaps; Megatron-LM asserts it before Blackwell (sm_100)",
                         "upstream megatron/training/arguments.py")
+    _fp8_part(archs, b)
     for name, why in FOLKLORE.items():
         if name in b.environ:
             b.notice(name, f"is set: {why}")
+
+
+def _fp8_part(archs: tuple[str, ...], b: _Builder) -> None:
+    """What --fp8-format e4m3|hybrid --fp8-recipe tensorwise needs on each architecture here."""
+    for arch in archs:
+        formats = FP8_FORMATS.get(arch)
+        if arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= FP8_CUDA_FROM:
+            formats = FP8_FORMATS["gfx950"]  # the OCP formats
+        if formats:
+            b.notice("fp8", f"{arch}: FP8 GEMMs in {formats}; without Transformer Engine --fp8-format e4m3|hybrid "
+                            "runs with --fp8-recipe tensorwise (torch._scaled_mm); `rocmpatch smoke` checks one")
+        else:
+            b.notice("fp8", f"{arch}: no FP8 GEMMs (FP8 needs gfx942 with the fnuz formats, gfx950 with the OCP "
+                            "formats, or CUDA sm_89+): --fp8-format is refused; train in BF16")
 
 
 def _visible_devices(b: _Builder) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rocmpatch.data import tokenizer as tokenizers
 from rocmpatch.errors import UsageError
+from rocmpatch.files import shown
 
 DATA_FLAGS = ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path")
 LIST_FILE_FLAGS = ("--data-args-path", "--per-split-data-args-path")
@@ -36,17 +37,12 @@ def prefixes(values: list[str]) -> list[str]:
     return [prefix.strip() for prefix in values]
 
 
-def _shown(text: str) -> str:
-    """A path on one line: quoted when it holds a line break or another control character."""
-    return text if text.isprintable() else repr(text)
-
-
 def _data_hint(prefix: str) -> str:
     for suffix in (".bin", ".idx"):
         if prefix.endswith(suffix):
-            return f"give the prefix without {suffix}: {_shown(prefix[:-len(suffix)])}"
+            return f"give the prefix without {suffix}: {shown(prefix[:-len(suffix)])}"
     if Path(prefix + PREPARED + ".bin").is_file():
-        return f"did you mean {_shown(prefix + PREPARED)}? (`rocmpatch data prepare --output {_shown(prefix)}` writes that)"
+        return f"did you mean {shown(prefix + PREPARED)}? (`rocmpatch data prepare --output {shown(prefix)}` writes that)"
     return "give the prefix of a .bin/.idx pair (`rocmpatch data prepare` prints it: PREFIX_text_document)"
 
 
@@ -60,7 +56,7 @@ def check_data(args: dict) -> None:
         for prefix in prefixes(_values(args[flag])):
             missing = [suffix for suffix in (".bin", ".idx") if not Path(prefix + suffix).is_file()]
             if missing:
-                raise UsageError(f"{flag} {_shown(prefix)}: no {' and no '.join(_shown(prefix + suffix) for suffix in missing)}",
+                raise UsageError(f"{flag} {shown(prefix)}: no {' and no '.join(shown(prefix + suffix) for suffix in missing)}",
                                  hint=_data_hint(prefix))
     for flag in LIST_FILE_FLAGS:
         value = args.get(flag)

@@ -4,8 +4,8 @@ given after `--`, then torchrun TARGET/pretrain_gpt.py with them (rocmpatch.laun
 Everything Megatron would stumble on is checked before torchrun starts, each a line with the fix: the
 device (`auto`: this machine's GPUs, else its CPU), the processes against the GPUs torch sees, the
 parallel sizes the flags after `--` set, the learning-rate warmup against the run's length
-(recipes/schedule.py), and, for a run on this machine (not --dry-run), the data files and the
-tokenizer (recipes/inputs.py).
+(recipes/schedule.py), and, for a run on this machine (not --dry-run), the data files, the
+tokenizer (recipes/inputs.py) and the split against the data's documents (recipes/splits.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from rocmpatch import launchers
 from rocmpatch.errors import EnvironmentProblem, UsageError
 from rocmpatch.launchers import Launch, torchrun
-from rocmpatch.recipes import fit, inputs, schedule
+from rocmpatch.recipes import fit, inputs, schedule, splits
 from rocmpatch.recipes.catalog import Recipe, layout_problems, parse_argv, to_argv
 from rocmpatch.recipes.schema import typed_command_line_args
 from rocmpatch.target import require_tree
@@ -145,10 +145,12 @@ def plan(recipe: Recipe, request: LaunchRequest) -> RecipeLaunch:
     target = request.target
     require_tree(target, "pretrain_gpt.py")
     fitted = fit.to_tree(recipe, target, fitted_schedule.args, given)
+    args = fitted.args
     if not request.dry_run:
-        inputs.check_data(fitted.args)
-        unchecked = inputs.check_tokenizer(fitted.args)
-        notes += (unchecked,) if unchecked else ()
-    launch = torchrun([str(target / "pretrain_gpt.py"), *to_argv(fitted.args)], nproc=gpus_per_node, nodes=request.nodes,
+        inputs.check_data(args)
+        args, split_notes = splits.fit(args, given)
+        unchecked = inputs.check_tokenizer(args)
+        notes += split_notes + ((unchecked,) if unchecked else ())
+    launch = torchrun([str(target / "pretrain_gpt.py"), *to_argv(args)], nproc=gpus_per_node, nodes=request.nodes,
                       slurm=request.slurm, job=f"rocmpatch-{recipe.name}", env=CPU_ENVIRONMENT if device == "cpu" else None)
     return RecipeLaunch(launch, notes + fitted_schedule.notes + fitted.notes)

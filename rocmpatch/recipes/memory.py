@@ -35,6 +35,9 @@ are reported next to the torch path's own count, which replaces them:
   and the next; backward also the fp32 K/V gradients held and received), or with
   --cp-comm-type all_gather the whole sequence's K/V (gathered and reordered; in the backward also
   their fp32 gradients and the rank-ordered copy that is reduce-scattered);
+- --fp8-format without TE (fp8-tensorwise-local): no FP8 weights or stored activations; while one
+  GEMM runs, its widest operand (fc1's output gradient) as a float32 copy being scaled and as FP8
+  plus a transposed FP8 copy: 6 bytes per element, once;
 - optimizer temporaries: the fused torch AdamW has none; gradient clipping scales each main gradient
   through one temporary (4 bytes x the largest, the embedding's shard). They live after the backward
   pass, so the peak takes the larger of activations and temporaries, not their sum.
@@ -372,6 +375,17 @@ def _layer_bytes_per_token(a: SimpleNamespace, args: dict, device: str, moe: boo
     return attention + norm + mlp
 
 
+def _fp8_bytes(a: SimpleNamespace, args: dict, tokens: float) -> float:
+    """--fp8-format without TE (fp8-tensorwise-local) keeps no FP8 weights or activations: its buffers
+    live while one GEMM runs. The largest: the widest operand (fc1's output gradient, SwiGLU's
+    doubled width) copied to float32 while it is scaled (4 bytes), then in FP8 and its transposed
+    FP8 copy (1 + 1), one layer at a time."""
+    if not args.get("--fp8-format"):
+        return 0.0
+    widest = max(a.ffn_hidden_size * (2 if a.swiglu else 1), a.hidden_size)
+    return 6 * tokens * widest / a.tensor_model_parallel_size
+
+
 def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleType | None = None, device: str = "gpu") -> Estimate:
     """Memory per GPU (the most loaded one: the first pipeline stage, plus the loss where PP = 1).
 
@@ -407,6 +421,7 @@ def estimate(args: dict, vocab_size: int, world_size: int, *, upstream: ModuleTy
     else:
         activations = in_flight * sum(layers)
     activations += _cp_attention_bytes(a, args, tokens)
+    activations += _fp8_bytes(a, args, tokens)
     if pp == 1:
         norm = _norm_bytes(h, device)
         loss = 10 if args.get("--cross-entropy-loss-fusion") else 6

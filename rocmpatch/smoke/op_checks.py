@@ -19,6 +19,10 @@ class OutOfTolerance(Exception):
     """A check found a wrong result it can name without comparing numbers (a dtype, a lost attribute)."""
 
 
+class NotOnThisDevice(Exception):
+    """The device has no kernel for what the check asks (FP8 GEMMs on gfx90a): skipped, saying why."""
+
+
 # --- the checks: each returns [(what, output, reference), ...] for one device and dtype -------------
 
 def _softmax_inputs(torch, device, dtype, b=2, heads=4, sq=64, sk=64):
@@ -431,6 +435,8 @@ TENSOR_PARALLEL_LAYERS = "megatron/core/tensor_parallel/layers.py"
 CORE_ATTENTION = "megatron/core/transformer/dot_product_attention.py"
 TORCH_NORM = "megatron/core/transformer/torch_norm.py"
 GROUPED_EXPERTS = "megatron/core/transformer/moe/torch_grouped_mlp.py"
+FP8_LINEAR = "megatron/core/extensions/torch_fp8.py"
+TE_SPEC_LAYERS = "megatron/core/extensions/torch_te_layers.py"
 SOFTMAX_VARIANTS = ("causal", "causal-no-mask", "padding", "no-mask")
 
 
@@ -488,6 +494,121 @@ def _run_grouped_gemm(torch, shape, device, dtype):
     return results
 
 
+def _run_fp8_gemm(torch, device, dtype):
+    """One linear layer's three GEMMs (forward, grad-input, grad-weight) through fp8-tensorwise-local
+    (torch._scaled_mm, tensorwise dynamic scaling, hybrid: e5m2 gradients) in the device's formats,
+    each against the same GEMM in fp32 on the dequantized FP8 operands; the FP8 rounding against
+    the BF16 GEMM of the unquantized operands must stay within 10%. Each result names the formats
+    (fnuz on gfx942, OCP on gfx950, CUDA and CPU); a device without FP8 GEMMs is skipped saying why."""
+    from megatron.core.extensions import torch_fp8
+
+    try:
+        formats = torch_fp8.probe(device)
+    except torch_fp8.Fp8Unavailable as error:
+        raise NotOnThisDevice(f"FP8 is not available: {error}") from None
+    tokens, hidden, out_features = (8192, 4096, 4096) if device.type == "cuda" else (64, 64, 32)
+    recipe = torch_fp8.TensorwiseFp8(hybrid=True)
+    forward_format, gradient_format = recipe.formats(device)
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(tokens, hidden, generator=generator).to(device=device, dtype=dtype)
+    w = (torch.randn(out_features, hidden, generator=generator) * hidden ** -0.5).to(device=device, dtype=dtype)
+    g = (torch.randn(tokens, out_features, generator=generator) * 1e-3).to(device=device, dtype=dtype)
+    (xq, xs), (wq, ws), (gq, gs) = (torch_fp8.quantize(x, forward_format), torch_fp8.quantize(w, forward_format),
+                                    torch_fp8.quantize(g, gradient_format))
+    xd, wd, gd = xq.float() * xs, wq.float() * ws, gq.float() * gs
+    where = f"{formats} [{tokens} x {hidden} -> {out_features}]"
+    results = [(f"{where} forward", recipe.forward(x, w), xd @ wd.t()),
+               (f"{where} grad-input", recipe.dgrad(g, w), gd @ wd),
+               (f"{where} grad-weight", recipe.wgrad(g, x), gd.t() @ xd)]
+    for (what, out, _), bf16 in zip(results, (x @ w.t(), g @ w, g.t() @ x)):
+        rounding = ((out.float() - bf16.float()).abs().max() / bf16.float().abs().max()).item()
+        if rounding > 0.1:
+            raise OutOfTolerance(f"{what}: {rounding:.3g} from the BF16 GEMM (FP8 rounding allows 0.1)")
+    return results
+
+
+# What each Transformer Engine module registers, in order (TE 2.x: module/layernorm_linear.py
+# registers layer_norm_weight, then layer_norm_bias unless RMSNorm, then weight and bias;
+# module/linear.py weight and bias; the LayerNorm/RMSNorm ops weight and bias; DotProductAttention
+# none without a learnable softmax offset): "?" only with LayerNorm, "+" only where the linear has a
+# bias. Every one of them also has an `_extra_state`. tests/series/test_te_spec_torch.py checks the
+# torch modules of te-spec-torch against this table on every model it builds.
+TE_PARAMETERS = {
+    "TELayerNormColumnParallelLinear": ("layer_norm_weight", "layer_norm_bias?", "weight", "bias+"),
+    "TEColumnParallelLinear": ("weight", "bias+"),
+    "TERowParallelLinear": ("weight", "bias+"),
+    "TELinear": ("weight", "bias+"),
+    "TENorm": ("weight", "bias?"),
+    "TEDotProductAttention": (),
+}
+
+
+def te_parameter_names(te_module: str, normalization: str, linear_bias: bool) -> list[str]:
+    """TE_PARAMETERS[te_module] for a layer with this normalization and linear biases or none."""
+    names = []
+    for name in TE_PARAMETERS[te_module]:
+        if name.endswith("?") and normalization != "LayerNorm" or name.endswith("+") and not linear_bias:
+            continue
+        names.append(name.rstrip("?+"))
+    return names
+
+
+# A local spec layer's parameters in the TE spec's names: the norms it fuses into the next linear.
+LOCAL_TO_TE = {".input_layernorm.": ".self_attention.linear_qkv.layer_norm_",
+               ".pre_mlp_layernorm.": ".mlp.linear_fc1.layer_norm_"}
+
+
+def _run_te_spec(torch, device, dtype):
+    """Transformer Engine's layer spec without TE (te-spec-torch): a Qwen3-style layer (GQA, QK norm,
+    SwiGLU, RMSNorm) built with get_gpt_layer_with_transformer_engine_spec and with the local spec from
+    the same weights. Each module standing for a TE module must have TE_PARAMETERS' names (else the
+    check fails naming them); then forward and the input gradient against the local spec's layer."""
+    import dataclasses
+
+    from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_layer_local_spec,
+                                                           get_gpt_layer_with_transformer_engine_spec)
+    from megatron.core.transformer.spec_utils import build_module
+
+    heads, groups, head_dim, seq, batch = 8, 2, 32, 64, 2
+    config = _config(torch, hidden_size=heads * head_dim, num_attention_heads=heads, num_query_groups=groups,
+                     ffn_hidden_size=512, normalization="RMSNorm", qk_layernorm=True, gated_linear_unit=True,
+                     activation_func=torch.nn.functional.silu, add_bias_linear=False, persist_layer_norm=False,
+                     bias_activation_fusion=False, masked_softmax_fusion=False, gradient_accumulation_fusion=False,
+                     apply_rope_fusion=False, hidden_dropout=0.0, attention_dropout=0.0, use_cpu_initialization=True,
+                     params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16)
+    te_layer = build_module(get_gpt_layer_with_transformer_engine_spec(qk_layernorm=True), config=config,
+                            layer_number=1).to(device)
+    local_layer = build_module(get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm"),
+                               config=dataclasses.replace(config, transformer_impl="local"), layer_number=1).to(device)
+    for path, module in te_layer.named_modules():
+        te_module = getattr(type(module), "te_module", None)
+        if te_module is None:
+            continue
+        names = [name for name, _ in module.named_parameters(recurse=False)]
+        expected = te_parameter_names(te_module, config.normalization, config.add_bias_linear)
+        if names != expected or "_extra_state" not in module.state_dict():
+            raise OutOfTolerance(f"{path} ({te_module}): parameters {names}, Transformer Engine's {expected} "
+                                 f"and _extra_state")
+    te_params = dict(te_layer.named_parameters())
+    with torch.no_grad():
+        for name, param in local_layer.named_parameters():
+            dotted = f".{name}"
+            for old, new in LOCAL_TO_TE.items():
+                dotted = dotted.replace(old, new)
+            te_params[dotted[1:]].copy_(param)
+    generator = torch.Generator().manual_seed(13)
+    x = torch.randn(seq, batch, config.hidden_size, generator=generator).to(device=device, dtype=dtype)
+    grad = torch.randn(seq, batch, config.hidden_size, generator=generator).to(device=device, dtype=dtype)
+    results = []
+    for layer in (te_layer, local_layer):
+        inp = x.clone().requires_grad_()
+        out, _ = layer(inp, attention_mask=None)
+        out.backward(grad)
+        results.append((out, inp.grad))
+    (out, dx), (ref, ref_dx) = results
+    return [("forward", out, ref), ("backward input", dx, ref_dx)]
+
+
 def _named(label: str, what: str) -> str:
     return f"{label} {what}" if label else what
 
@@ -533,6 +654,8 @@ REGISTRY: dict[str, tuple[Check, ...]] = {
         Check(f"grouped GEMM {shape[0]} experts", GROUPED_EXPERTS, lambda t, d, x, s=shape: _run_grouped_gemm(t, s, d, x),
               dtypes=("bfloat16", "float32"))
         for shape in RECIPE_EXPERT_SHAPES),
+    "core-fp8-gemm": (Check("FP8 GEMM (tensorwise, hybrid)", FP8_LINEAR, _run_fp8_gemm, dtypes=("bfloat16",)),),
+    "core-te-spec": (Check("TE layer spec without TE", TE_SPEC_LAYERS, _run_te_spec),),
 }
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from rocmpatch.smoke.child import (
     CUDA_ONLY_MESSAGES, describe, in_target, put_target_first, stage_main, step, target_files, target_root,
 )
-from rocmpatch.smoke.op_checks import Check, OutOfTolerance, checks
+from rocmpatch.smoke.op_checks import Check, NotOnThisDevice, OutOfTolerance, checks
 from rocmpatch.smoke.profile import SmokeProfile
 
 # Normalized max error allowed per dtype (fp32: accumulation order; 16-bit: one rounding of the output).
@@ -109,6 +109,8 @@ def run_case(torch, check: Check, device, dtype_name: str, platform: str, target
     except BaseException as exc:  # noqa: BLE001 - each case reports on its own
         if isinstance(exc, OutOfTolerance):
             return Case(check.name, dtype_name, "failed", detail=str(exc), culprits=(check.module_path,))
+        if isinstance(exc, NotOnThisDevice):
+            return Case(check.name, dtype_name, "skipped", detail=str(exc))
         if platform == "cpu" and (reason := unsupported_here(exc, target)):
             return Case(check.name, dtype_name, "skipped", detail=reason)
         if not_provided(exc):

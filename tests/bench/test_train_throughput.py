@@ -75,6 +75,15 @@ def test_moe_paths_differ_only_by_the_grouped_gemm_flag(tmp_path, device):
     assert "moe-grouped" not in paths_to_train(tmp_path, device, {"count": 1}, None, skip_cp=True)
 
 
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_fp8_path_is_the_fast_path_with_tensorwise_fp8(tmp_path, device):
+    """--fp8: the same shape and flags as the fast (BF16) path, plus the FP8 flags that run without TE."""
+    paths = paths_to_train(tmp_path, device, {"count": 1}, None, skip_cp=True, fp8=True)
+    tree, flags, gpus = paths["fp8"]
+    assert flags == [*paths["fast"][1], "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"] and gpus == 1
+    assert "fp8" not in paths_to_train(tmp_path, device, {"count": 1}, None, skip_cp=True)
+
+
 @pytest.mark.parametrize("device, count, cp2", [("cuda", 2, True), ("cuda", 8, True), ("cuda", 1, False), ("cpu", 0, False)])
 def test_context_parallel_2_trains_on_two_gpus_where_there_are_two(tmp_path, device, count, cp2):
     paths = paths_to_train(tmp_path, device, {"count": count}, None, skip_cp=False)

@@ -3,20 +3,11 @@ tree's own)."""
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
-from rocmpatch.data.idx import MAGIC, check_pair, read_index
+from rocmpatch.data.idx import check_pair, read_index
 from rocmpatch.errors import InvalidInput
-
-
-def write_index(path, lengths, *, code=8, version=1, magic=MAGIC):
-    pointers = [2 * sum(lengths[:i]) for i in range(len(lengths))]
-    path.write_bytes(magic + struct.pack("<QBQQ", version, code, len(lengths), len(lengths) + 1)
-                     + struct.pack(f"<{len(lengths)}i", *lengths) + struct.pack(f"<{len(lengths)}q", *pointers)
-                     + struct.pack(f"<{len(lengths) + 1}q", *range(len(lengths) + 1)))
-    return path
+from tests.data.indexed import write_index
 
 
 def test_counts_documents_and_tokens(tmp_path):

@@ -125,3 +125,21 @@ def test_base_arch_and_json_round_trip(tmp_path):
     json.dumps(doc)
     assert doc["gpus"][0]["family"].startswith("Instinct MI300X")
     assert doc["network"]["socket_interface"] == "ens50f0np0"
+
+
+@pytest.mark.parametrize("arch, says", [
+    ("gfx942", "gfx942: FP8 GEMMs in the fnuz formats (torch.float8_e4m3fnuz / float8_e5m2fnuz);"),
+    ("gfx950", "gfx950: FP8 GEMMs in the OCP formats (torch.float8_e4m3fn / float8_e5m2);"),
+    ("gfx90a", "gfx90a: no FP8 GEMMs (FP8 needs gfx942 with the fnuz formats, gfx950 with the OCP formats, or CUDA sm_89+)"),
+])
+def test_env_says_what_fp8_needs_on_each_architecture(tmp_path, arch, says):
+    fp8 = [n.message for n in advise(rocm(tmp_path, arch, "AMD Instinct", count=1)).notices if n.name == "fp8"]
+    assert len(fp8) == 1 and fp8[0].startswith(says), fp8
+    assert ("--fp8-recipe tensorwise" in fp8[0]) == (arch != "gfx90a") and ("refused" in fp8[0]) == (arch == "gfx90a")
+
+
+def test_env_fp8_on_cuda_from_sm_89(tmp_path):
+    for arch, has in (("sm_80", False), ("sm_89", True), ("sm_90", True)):
+        machine = Machine(torch_version="2.7.0+cu126", cuda_version="12.6", gpus=(Gpu(0, "NVIDIA", arch),), root=tmp_path)
+        (fp8,) = [n.message for n in advise(machine).notices if n.name == "fp8"]
+        assert fp8.startswith(f"{arch}: FP8 GEMMs in the OCP formats" if has else f"{arch}: no FP8 GEMMs"), fp8

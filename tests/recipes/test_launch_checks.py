@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode
 from tests import fake_torchrun
+from tests.data.indexed import write_pair
 
 
 @pytest.fixture
@@ -39,10 +40,9 @@ def value(argv, flag):
     return argv[argv.index(flag) + 1]
 
 
-def data(tmp_path, prefix: str) -> str:
-    for suffix in (".bin", ".idx"):
-        (tmp_path / (prefix + suffix)).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / (prefix + suffix)).write_bytes(b"")
+def data(tmp_path, prefix: str, documents: int = 100) -> str:
+    """A .bin/.idx pair of `documents` documents (100: enough for every recipe's split)."""
+    write_pair(tmp_path / prefix, documents)
     return prefix
 
 
@@ -134,3 +134,32 @@ def test_a_dry_run_checks_nothing_of_this_machine(calls, gpus_here):
     gpus_here(0)
     result = launch("--dry-run", "--device", "gpu", "--data-path", "data/none", "--tokenizer", "org/tok")
     assert result.exit_code == 0 and "--nproc-per-node 8" in result.stdout and calls() == []
+
+
+def test_a_corpus_too_small_for_the_split_trains_on_all_of_it_said_once(tmp_path, calls):
+    """Megatron counts epochs of an empty validation part forever (a hang after "valid indices")."""
+    prefix = data(tmp_path, "data/corpus_text_document", documents=4)
+    result = launch("--device", "cpu", "--data-path", prefix, "--tokenizer", "NullTokenizer", "--", "--tokenizer-type", "NullTokenizer",
+                    "--vocab-size", "512")
+    assert result.exit_code == ExitCode.OK, result.output
+    [call] = calls()
+    assert (value(call["argv"], "--split"), value(call["argv"], "--eval-iters")) == ("100,0,0", "0")
+    [note] = [line for line in result.stderr.splitlines() if "document(s) leave" in line]
+    assert note.startswith(f"--data-path {prefix}: 4 document(s) leave the validation part of --split 99,1,0 empty: "
+                           "training on all of them without evaluation")
+    data(tmp_path, "data/big_text_document", documents=100)
+    assert launch("--device", "cpu", "--data-path", "data/big_text_document", "--tokenizer", "NullTokenizer", "--",
+                  "--tokenizer-type", "NullTokenizer", "--vocab-size", "512").exit_code == ExitCode.OK
+    assert value(calls()[1]["argv"], "--split") == "99,1,0"  # enough documents: the recipe's split
+
+
+def test_a_split_given_that_leaves_a_part_empty_is_refused_and_an_empty_corpus_too(tmp_path, calls):
+    prefix = data(tmp_path, "data/corpus_text_document", documents=4)
+    tokenizer = ("--tokenizer", "NullTokenizer", "--", "--tokenizer-type", "NullTokenizer", "--vocab-size", "512")
+    hint = refused(launch("--device", "cpu", "--data-path", prefix, *tokenizer, "--split", "98,1,1"), ExitCode.USAGE,
+                   f"--data-path {prefix}: 4 document(s) leave the validation and test parts of --split 98,1,1 empty")
+    assert hint == "give at least 76 documents, or train on all of them: --split 100,0,0 --eval-iters 0\n"
+    assert launch("--device", "cpu", "--data-path", prefix, *tokenizer, "--split", "3,1,0").exit_code == ExitCode.OK
+    refused(launch("--device", "cpu", "--data-path", data(tmp_path, "data/empty", documents=0), *tokenizer), ExitCode.USAGE,
+            "--data-path data/empty: no document in it")
+    assert len(calls()) == 1

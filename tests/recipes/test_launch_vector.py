@@ -15,6 +15,7 @@ from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode
 from rocmpatch.data import tokenizer as tokenizers
 from tests import fake_torchrun
+from tests.data.indexed import write_pair
 
 TARGET_NAME = "t $HOME{,--load=evil} $IFS"
 DATA = "d/$1 x{,--load=/evil}\n$IFS`touch pwned`"  # its .bin/.idx are made in the current directory
@@ -37,9 +38,7 @@ def test_values_reach_torchrun_unchanged_and_the_dry_run_line_runs_the_same_vect
     target = tmp_path / TARGET_NAME
     target.mkdir()
     (target / "pretrain_gpt.py").write_text("")
-    for suffix in (".bin", ".idx"):
-        (tmp_path / (DATA + suffix)).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / (DATA + suffix)).write_bytes(b"")
+    write_pair(tmp_path / DATA, documents=100)
     tokenizers.train(["a few words", "to train on"], 300, tmp_path / TOKENIZER)  # the launch loads it offline first
     args = ["small-radeon", "-t", str(target), "--gpus-per-node", "1", "--data-path", DATA, "--tokenizer", TOKENIZER,
             "--save", "ckpt {a,b}", "--", *EXTRA]

@@ -17,9 +17,22 @@ from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_mod
 RECIPES = names()
 
 
-def test_the_seven_recipes_are_there():
-    assert RECIPES == ["deepseek-v2-lite", "llama3-70b", "llama3-8b", "llama3-8b-32k", "mixtral-8x7b", "qwen3-30b-a3b",
-                       "small-radeon"]
+def test_the_eight_recipes_are_there():
+    assert RECIPES == ["deepseek-v2-lite", "llama3-70b", "llama3-8b", "llama3-8b-32k", "llama3-8b-fp8", "mixtral-8x7b",
+                       "qwen3-30b-a3b", "small-radeon"]
+
+
+def test_the_fp8_recipe_is_llama3_8b_with_fp8_and_counts_its_gemm_buffers(upstream_memory):
+    """llama3-8b-fp8 differs from llama3-8b only by its FP8 flags (and runs on core_v0.19.0 only); its
+    estimate adds, once, the widest GEMM operand's transient copies: 6 bytes x tokens x 2 x FFN."""
+    fp8, bf16 = find("llama3-8b-fp8"), find("llama3-8b")
+    assert fp8.args == {**bf16.args, "--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"}
+    assert fp8.layouts == bf16.layouts
+    for layout in fp8.layouts:
+        extra = (estimate(fp8.merged_args(layout), fp8.vocab_size, layout.world_size, upstream=upstream_memory).total_gib
+                 - estimate(bf16.merged_args(layout), bf16.vocab_size, layout.world_size, upstream=upstream_memory).total_gib)
+        tokens = fp8.merged_args(layout)["--micro-batch-size"] * 8192
+        assert extra == pytest.approx(6 * tokens * 2 * 14336 / (1 << 30)), layout.name
 
 
 @pytest.fixture(scope="module")

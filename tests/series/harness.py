@@ -289,14 +289,15 @@ def run_checks(module: str, groups: str, tree: Path, workdir: Path, *, timeout: 
     return run_child(module, groups, tree, workdir, timeout, env=env, block=block)
 
 
-def run_ranks(module: str, groups: str, tree: Path, workdirs: list[Path], *, timeout: int = 600) -> list[dict]:
+def run_ranks(module: str, groups: str, tree: Path, workdirs: list[Path], *, timeout: int = 600,
+              env: dict[str, str] | None = None) -> list[dict]:
     """run_checks as every rank of one gloo job (RANK, WORLD_SIZE, MASTER_ADDR/PORT set for each
-    child; one workdir per rank): each rank's JSON dict, in rank order."""
+    child, with `env`; one workdir per rank): each rank's JSON dict, in rank order."""
     port, size = free_port(), len(workdirs)
     with ThreadPoolExecutor(size) as pool:
         runs = [pool.submit(run_checks, module, groups, tree, workdir, timeout=timeout,
-                            env={"RANK": str(rank), "WORLD_SIZE": str(size), "MASTER_ADDR": "127.0.0.1",
-                                 "MASTER_PORT": port})
+                            env={**(env or {}), "RANK": str(rank), "WORLD_SIZE": str(size),
+                                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
                 for rank, workdir in enumerate(workdirs)]
         return [run.result() for run in runs]
 

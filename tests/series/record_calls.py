@@ -6,7 +6,10 @@ path, so that a CPU run proves which op and which arguments a GPU run would get.
 (harness.recorded_run runs it.)
 
 Each rank writes out.json.<rank> when the script ends: {"sdpa": {signature: count}, "optimizers":
-[{class, fused, foreach}], "rms_norm": count}. A signature is the JSON of is_causal, the attention
+[{class, fused, foreach}], "rms_norm": count, "scaled_mm": {"<a dtype> x <b dtype>": count}}.
+With ROCMPATCH_RECORD_FP8=emulate each torch._scaled_mm call is computed as the same GEMM on the
+dequantized operands in float32 (what tests/series/checks/fp8.py's gemm group checks the CPU kernel
+equals), since torch's CPU FP8 kernel is a reference loop far too slow for training runs. A signature is the JSON of is_causal, the attention
 mask's shape (or None), enable_gqa and the query/key head counts of one
 torch.nn.functional.scaled_dot_product_attention call.
 """
@@ -22,7 +25,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-RECORD = {"sdpa": {}, "optimizers": [], "rms_norm": 0}
+RECORD = {"sdpa": {}, "optimizers": [], "rms_norm": 0, "scaled_mm": {}}
 
 
 def _write() -> None:
@@ -47,6 +50,18 @@ def _install() -> None:
 
     F.scaled_dot_product_attention = sdpa
     F.rms_norm = rms_norm
+
+    real_scaled_mm, emulate = torch._scaled_mm, os.environ.get("ROCMPATCH_RECORD_FP8") == "emulate"
+
+    def scaled_mm(a, b, scale_a=None, scale_b=None, bias=None, out_dtype=None, **kw):
+        pair = f"{str(a.dtype).removeprefix('torch.')} x {str(b.dtype).removeprefix('torch.')}"
+        RECORD["scaled_mm"][pair] = RECORD["scaled_mm"].get(pair, 0) + 1
+        if emulate:
+            out = (a.float() * scale_a) @ (b.float() * scale_b)
+            return (out if bias is None else out + bias).to(out_dtype or a.dtype)
+        return real_scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=out_dtype, **kw)
+
+    torch._scaled_mm = scaled_mm
 
     for cls in (torch.optim.AdamW, torch.optim.Adam):
         def init(self, *args, _real=cls.__init__, _cls=cls, **kwargs):

@@ -7,8 +7,10 @@ both classes from one seed, forward and backward with empty experts, fp32 and bf
 said once and the per-expert fallback for shapes the kernel refuses; the local spec's choice; the
 state dict against upstream's TEGroupedLinear layout and SequentialMLP's sharded keys; torch_dist
 saved by one class and loaded by the other.
-Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py with expert parallelism 2 over the
-alltoall dispatcher, grouped against sequential.
+Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py, grouped against sequential in fp32:
+expert parallelism 2 over the alltoall and the allgather dispatchers, tensor parallelism 2 with expert
+tensor parallelism 2, token drop and pad to capacity; a run resumed with the distributed optimizer
+logs the straight run's losses; DeepSeek-V3's shape in bf16.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import re
 import pytest
 
 from tests.series import harness
-from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3, FP32_LLAMA, MIXTRAL
+from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MIXTRAL, TINY_LLAMA, without
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("grouped-gemm")
@@ -142,3 +144,44 @@ def test_deepseek_shape_with_grouped_experts_trains_in_bf16(training_tree):
     assert all(abs(grouped.losses[i] - sequential.losses[i]) <= 2e-2 * sequential.losses[i] for i in sequential.losses), \
         (sequential.losses, grouped.losses)
     assert len(re.findall(re.escape(KERNEL_LINE), grouped.output)) == 2, grouped.tail()  # once per process
+
+
+MIXTRAL_EXPERTS = without(MIXTRAL, *EXPERT_PARALLEL_2[::2])  # Mixtral's router and experts, no layout
+LAYOUTS = {
+    "EP 2 allgather": ["--moe-token-dispatcher-type", "allgather", "--expert-model-parallel-size", "2"],
+    "TP 2 expert TP 2": ["--moe-token-dispatcher-type", "alltoall", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                         "--expert-tensor-parallel-size", "2"],
+    "EP 2 drop and pad": [*EXPERT_PARALLEL_2, "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"],
+}
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grouped_equals_sequential_in_each_layout(training_tree, layout):
+    """The other dispatcher, the experts' weights split by expert tensor parallelism (each rank's grouped
+    GEMM holds a slice of every expert), and capacity-padded experts (tokens dropped, zero rows added):
+    the grouped experts log the sequential ones' fp32 losses."""
+    flags = [*FP32_LLAMA, *MIXTRAL_EXPERTS, *LAYOUTS[layout]]
+    sequential = moe_run(training_tree, flags)
+    grouped = moe_run(training_tree, flags, "--moe-grouped-gemm")
+    assert sorted(grouped.losses) == list(range(1, 7)), grouped.tail()
+    assert all(abs(grouped.losses[i] - sequential.losses[i]) <= 1e-5 * sequential.losses[i] for i in sequential.losses), \
+        (sequential.losses, grouped.losses)
+    assert KERNEL_LINE in grouped.output and "--moe-grouped-gemm needs" not in grouped.output
+
+
+@pytest.mark.upstream
+def test_grouped_experts_resume_exactly_with_the_distributed_optimizer(training_tree, tmp_path):
+    """EP 2, bf16, the distributed optimizer, torch_dist checkpoints at 3 and 6: a run resumed from 3
+    logs the straight run's losses for 4-6 (the grouped weights and their optimizer state round-trip).
+    bf16, as training runs: in fp32 the distributed optimizer's shards are views of the parameters, and
+    upstream's dp_reshardable load copies into them with autograd on ("a view of a leaf Variable that
+    requires grad is being used in an in-place operation", the experts' kind aside)."""
+    ckpt = tmp_path / "ckpt"
+    flags = [*TINY_LLAMA, *MIXTRAL, "--moe-grouped-gemm", "--use-distributed-optimizer"]
+    straight = moe_run(training_tree, flags, "--save", str(ckpt), "--save-interval", "3")
+    assert (ckpt / "iter_0000003" / "metadata.json").is_file(), straight.tail()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("3")
+    resumed = moe_run(training_tree, flags, "--load", str(ckpt))
+    assert re.search(r"successfully loaded checkpoint from .* at iteration 3\b", resumed.output), resumed.tail()
+    assert resumed.losses == {i: straight.losses[i] for i in (4, 5, 6)}, (straight.losses, resumed.losses)

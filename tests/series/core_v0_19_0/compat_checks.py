@@ -151,8 +151,10 @@ def check_config() -> dict:
     }
     for key, build in te_specs.items():
         try:
-            build()
+            spec = build()
             result[key] = None
+            if key == "te_spec":  # te-spec-torch: torch modules under TE's names
+                result["te_spec_linear_qkv"] = spec.submodules.self_attention.submodules.linear_qkv.__name__
         except Exception as exc:  # noqa: BLE001
             result[key] = error_text(exc)
     result["t5_local_spec"] = type(t5_spec.get_t5_encoder_with_local_block_spec(2)).__name__

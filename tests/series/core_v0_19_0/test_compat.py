@@ -60,18 +60,24 @@ def test_paged_stash_without_triton_is_refused_naming_the_flag(patched):
 
 
 @pytest.mark.parametrize("spec, local", [
-    ("te_spec", "get_gpt_layer_local_spec"),
     ("t5_encoder_te_spec", "get_t5_encoder_with_local_block_spec"),
     ("t5_decoder_te_spec", "get_t5_decoder_with_local_block_spec"),
     ("heterogeneous_te_spec", "use_te=False"),
 ])
-def test_te_spec_without_te_says_what_to_use(patched, spec, local):
+def test_t5_and_heterogeneous_te_specs_without_te_say_what_to_use(patched, spec, local):
     assert patched["config"]["local_spec"] == "ModuleSpec"
     assert patched["config"]["t5_local_spec"] == "TransformerBlockSubmodules"
     error = patched["config"][spec]
     assert error.startswith("ImportError: The Transformer Engine spec needs Transformer Engine"), error
     assert "--transformer-impl local" in error and local in error
     assert "\n" not in error
+
+
+def test_gpt_te_spec_without_te_builds_torch_modules_with_te_names(patched):
+    """te-spec-torch (0071) replaces te-spec-clear-error's refusal for the GPT spec
+    (tests/series/test_te_spec_torch.py checks the modules)."""
+    assert patched["config"]["te_spec"] is None
+    assert patched["config"]["te_spec_linear_qkv"] == "TorchTELayerNormColumnParallelLinear"
 
 
 @pytest.fixture(scope="session")

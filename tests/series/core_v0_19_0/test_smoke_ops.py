@@ -39,6 +39,12 @@ def test_patched_tree_passes_every_listed_op_check(tree019):
     assert {c["check"] for c in grouped} == {f"grouped GEMM {r} experts" for r in
                                              ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")}
     assert all(c["status"] == "passed" and "torch.nn.functional.grouped_mm" in c["detail"] for c in grouped), grouped
+    # --fp8-format hybrid --fp8-recipe tensorwise's GEMMs on torch._scaled_mm, naming the formats
+    (fp8,) = [c for c in ops.extra["cases"] if c["check"] == "FP8 GEMM (tensorwise, hybrid)"]
+    assert fp8["status"] == "passed" and fp8["detail"].startswith("worst: OCP (cpu) [64 x 64 -> 32] "), fp8
+    # te-spec-torch: the TE layer spec without TE, TE's names, the local spec's numbers (fp32, bf16, fp16)
+    te_spec = [c for c in ops.extra["cases"] if c["check"] == "TE layer spec without TE"]
+    assert len(te_spec) == 3 and all(c["status"] == "passed" for c in te_spec), te_spec
 
 
 def test_tree_without_torch_norm_sp_fails_naming_file_and_patch(tree019, tmp_path):

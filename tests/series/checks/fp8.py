@@ -1,0 +1,310 @@
+"""Child side of test_fp8.py: --fp8-format without Transformer Engine (patch fp8-tensorwise-local:
+tensorwise dynamic scaling on torch._scaled_mm), in a fresh process on the patched tree
+(tests/series/child.py), CPU, gloo. Returns plain values; the parent asserts.
+Groups:
+- args: parse_args + validate_args for FP8 command lines: the error or the lines printed; a GPU
+  without FP8 GEMMs (gfx90a, CUDA 8.0) and a torch build whose torch._scaled_mm fails, simulated;
+- gemm: each GEMM (forward, grad-input, grad-weight) of TensorwiseFp8 against the same GEMM on the
+  dequantized FP8 operands and against the BF16 matmul, with token counts that need padding;
+  every torch._scaled_mm call's operand dtypes;
+- formats: the formats device_formats picks per device (gfx942, gfx950, gfx90a, CUDA 9.0 and 8.0
+  simulated; the CPU real);
+- block: a 4-layer TransformerBlock of the local spec under get_fp8_context (TE's per-layer
+  contexts): which layers call torch._scaled_mm, with and without --first-last-layers-bf16, with
+  full recompute, and nothing outside the block; recipes other than tensorwise refused by
+  get_fp8_context;
+- tp: one rank of a TP 2 + SP job (run_ranks): column- then row-parallel linear in FP8 against the
+  same layers in BF16, forward and backward, and the _scaled_mm calls of this rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import types
+from pathlib import Path
+
+BASE_ARGV = [
+    "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+    "--seq-length", "64", "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size", "4",
+    "--train-iters", "2", "--lr", "1e-3", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+    "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--bf16", "--mock-data",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", "128", "--distributed-backend", "gloo",
+]
+TENSORWISE = ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+ARG_CASES = {
+    "hybrid default recipe": ["--fp8-format", "hybrid"],
+    "hybrid tensorwise": TENSORWISE,
+    "e4m3 tensorwise": ["--fp8-format", "e4m3", "--fp8-recipe", "tensorwise"],
+    "delayed": ["--fp8-format", "hybrid", "--fp8-recipe", "delayed"],
+    "mxfp8": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    "blockwise": ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
+    "custom": ["--fp8-format", "e4m3", "--fp8-recipe", "custom"],
+    "param gather": [*TENSORWISE, "--fp8-param-gather", "--use-distributed-optimizer"],
+    "output proj": [*TENSORWISE, "--fp8-output-proj"],
+    "selective mlp": [*TENSORWISE, "--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"],
+    "selective core_attn": [*TENSORWISE, "--recompute-granularity", "selective", "--recompute-modules", "core_attn"],
+    "full recompute": [*TENSORWISE, "--recompute-granularity", "full", "--recompute-method", "uniform",
+                       "--recompute-num-layers", "1"],
+    "mtp full recompute": [*TENSORWISE, "--recompute-granularity", "full", "--recompute-method", "uniform",
+                           "--recompute-num-layers", "1", "--mtp-num-layers", "1"],
+    "grouped experts": [*TENSORWISE, "--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm"],
+    "gfx90a": TENSORWISE,
+    "sm80": TENSORWISE,
+    "no fp8 gemm in build": TENSORWISE,
+}
+# The simulated devices: (torch.version.hip, gcnArchName, (major, minor)).
+DEVICES = {"gfx942": ("6.4", "gfx942:sramecc+:xnack-", (9, 4)), "gfx950": ("7.0", "gfx950:sramecc+:xnack-", (9, 5)),
+           "gfx90a": ("6.4", "gfx90a:sramecc+:xnack-", (9, 0)), "sm90": (None, "", (9, 0)),
+           "sm80": (None, "", (8, 0))}
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def simulated_gpu(name: str):
+    """torch.cuda as one GPU of DEVICES[name] shows it (properties only: nothing runs there)."""
+    import torch
+
+    hip, arch, (major, minor) = DEVICES[name]
+    saved = (torch.cuda.is_available, torch.cuda.device_count, torch.cuda.get_device_properties, torch.version.hip)
+    torch.cuda.is_available, torch.cuda.device_count = (lambda: True), (lambda: 1)
+    torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(gcnArchName=arch, major=major,
+                                                                                 minor=minor)
+    torch.version.hip = hip
+    try:
+        yield
+    finally:
+        torch.cuda.is_available, torch.cuda.device_count, torch.cuda.get_device_properties, torch.version.hip = saved
+
+
+@contextlib.contextmanager
+def recorded_scaled_mm(calls: list, fail: bool = False):
+    """Record each torch._scaled_mm call's operand dtypes (or fail it, as a build without FP8 GEMMs)."""
+    import torch
+
+    real = torch._scaled_mm
+
+    def scaled_mm(a, b, *args, **kwargs):
+        calls.append([str(a.dtype).removeprefix("torch."), str(b.dtype).removeprefix("torch."), list(a.shape),
+                      list(b.shape)])
+        if fail:
+            raise RuntimeError("_scaled_mm_out_cpu: no FP8 kernel in this build (simulated)")
+        return real(a, b, *args, **kwargs)
+
+    torch._scaled_mm = scaled_mm
+    try:
+        yield
+    finally:
+        torch._scaled_mm = real
+
+
+def args() -> dict:
+    from megatron.core.extensions import torch_fp8
+    from megatron.training.arguments import parse_args, validate_args
+
+    results = {}
+    for name, extra in ARG_CASES.items():
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        sys.argv = BASE_ARGV + extra
+        torch_fp8._FORMATS.clear()
+        out, case, calls = io.StringIO(), {"error": None}, []
+        device = simulated_gpu(name) if name in DEVICES else contextlib.nullcontext()
+        with contextlib.redirect_stdout(out), device, recorded_scaled_mm(calls, fail=name == "no fp8 gemm in build"):
+            try:
+                args = parse_args()
+                validate_args(args)
+                case.update(fp8=args.fp8, fp8_recipe=args.fp8_recipe)
+            except Exception as exc:  # noqa: BLE001 - the error is the result
+                case["error"] = error_text(exc)
+        case["lines"] = [line for line in out.getvalue().splitlines() if "FP8" in line or "fp8" in line]
+        case["probe_calls"] = [call[:2] for call in calls]
+        results[name] = case
+    return results
+
+
+def dequantized(data, scale):
+    return data.float() * scale
+
+
+def gemm() -> dict:
+    """TensorwiseFp8's three GEMMs: err_dequant is against the same GEMM in fp32 on the dequantized
+    FP8 operands (what the FP8 GEMM computes, up to its bf16 output); err_bf16 against the BF16
+    matmul of the unquantized tensors (the FP8 rounding itself); each relative to the largest value."""
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+
+    result = {}
+    generator = torch.Generator().manual_seed(5)
+    for name, hybrid, tokens in (("e4m3", False, 96), ("hybrid", True, 96), ("hybrid, 37 tokens", True, 37)):
+        recipe = torch_fp8.TensorwiseFp8(hybrid=hybrid)
+        fwd, bwd = recipe.formats(torch.device("cpu"))
+        x = torch.randn(tokens, 64, generator=generator).to(torch.bfloat16)
+        w = (torch.randn(48, 64, generator=generator) * 0.02).to(torch.bfloat16)
+        g = (torch.randn(tokens, 48, generator=generator) * 1e-3).to(torch.bfloat16)
+        xq, wq, gq = torch_fp8.quantize(x, fwd), torch_fp8.quantize(w, fwd), torch_fp8.quantize(g, bwd)
+        references = {
+            "forward": (lambda: recipe.forward(x.view(tokens, 1, 64), w).view(tokens, 48),
+                        dequantized(*xq) @ dequantized(*wq).t(), x.float() @ w.float().t()),
+            "dgrad": (lambda: recipe.dgrad(g.view(tokens, 1, 48), w).view(tokens, 64),
+                      dequantized(*gq) @ dequantized(*wq), g.float() @ w.float()),
+            "wgrad": (lambda: recipe.wgrad(g, x), dequantized(*gq).t() @ dequantized(*xq), g.float().t() @ x.float()),
+        }
+        for gemm_name, (run, dequant_ref, bf16_ref) in references.items():
+            calls = []
+            with recorded_scaled_mm(calls):
+                out = run()
+            scale = bf16_ref.abs().max().item()
+            result[f"{name} {gemm_name}"] = {
+                "dtype": str(out.dtype), "shape": list(out.shape), "calls": [c[:2] for c in calls],
+                "padded_rows": [c[2][0] for c in calls] if gemm_name != "wgrad" else [c[2][1] for c in calls],
+                "err_dequant": (out.float() - dequant_ref).abs().max().item() / scale,
+                "err_bf16": (out.float() - bf16_ref).abs().max().item() / scale,
+            }
+    # --no-fp8-wgrad: the grad-weight GEMM in the layer's dtype; a weight side off 16: its dtype, said once.
+    calls = []
+    with recorded_scaled_mm(calls):
+        torch_fp8.TensorwiseFp8(hybrid=True, fp8_wgrad=False).wgrad(g, x)
+        odd = torch.randn(40, 24).to(torch.bfloat16)
+        torch_fp8.TensorwiseFp8(hybrid=True).forward(torch.randn(16, 24).to(torch.bfloat16), odd)
+    result["bf16 paths calls"] = len(calls)
+    zeros = torch_fp8.quantize(torch.zeros(16, 16), torch.float8_e4m3fn)
+    result["zeros"] = {"finite_scale": bool(torch.isfinite(zeros[1]).item()), "all_zero": not zeros[0].float().any()}
+    return result
+
+
+def formats() -> dict:
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+
+    result = {"cpu": [str(d) for d in torch_fp8.device_formats(torch.device("cpu"))]}
+    for name in DEVICES:
+        with simulated_gpu(name):
+            try:
+                result[name] = [str(d) for d in torch_fp8.device_formats(torch.device("cuda", 0))]
+            except torch_fp8.Fp8Unavailable as error:
+                result[name] = error_text(error)
+    return result
+
+
+def setup(workdir: Path, rank: int = 0, world_size: int = 1, tp: int = 1) -> None:
+    import torch.distributed as dist
+
+    from megatron.core import parallel_state
+
+    if world_size == 1:
+        dist.init_process_group("gloo", init_method=f"file://{workdir / 'dist-store'}", rank=0, world_size=1)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    parallel_state.initialize_model_parallel(tp, 1)
+
+
+def block() -> dict:
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.fp8_utils import get_fp8_context
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.transformer_block import TransformerBlock
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    setup(Path(os.getcwd()))
+    result = {}
+
+    def config(**overrides):
+        kwargs = dict(num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, add_bias_linear=False,
+                      gated_linear_unit=True, activation_func=torch.nn.functional.silu, bf16=True,
+                      params_dtype=torch.bfloat16, hidden_dropout=0.0, attention_dropout=0.0, fp8="hybrid",
+                      fp8_recipe="tensorwise", gradient_accumulation_fusion=False, bias_activation_fusion=False)
+        kwargs.update(overrides)
+        return TransformerConfig(**kwargs)
+
+    full_recompute = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    for name, overrides in (("all layers", {}), ("first/last bf16", {"first_last_layers_bf16": True}),
+                            ("bf16", {"fp8": None}), ("full recompute", full_recompute)):
+        cfg = config(**overrides)
+        torch.manual_seed(1)
+        model_parallel_cuda_manual_seed(1)
+        layers = TransformerBlock(cfg, get_gpt_layer_local_spec())
+        layers.train()
+        x = torch.randn(16, 2, 64, dtype=torch.bfloat16, requires_grad=True)
+        calls, per_layer = [], []
+        for layer in layers.layers:  # which layers' linears reach torch._scaled_mm
+            layer.register_forward_pre_hook(lambda module, args: per_layer.append(len(calls)))
+        with recorded_scaled_mm(calls):
+            out = layers(x, attention_mask=None)
+            forward_calls = len(calls)
+            marks = [*per_layer, forward_calls]  # the forward's (a recompute calls the hooks again)
+            out.float().sum().backward()
+        result[name] = {
+            "forward_calls_per_layer": [b - a for a, b in zip(marks, marks[1:])],
+            "backward_calls": len(calls) - forward_calls,
+            "dtypes": sorted({f"{a} x {b}" for a, b, *_ in calls}),
+            "finite": bool(torch.isfinite(out).all() and torch.isfinite(x.grad).all()),
+            "active_after": torch_fp8.active_recipe() is not None,
+        }
+    refused = {}
+    for recipe in ("delayed", "mxfp8", "blockwise"):
+        try:
+            get_fp8_context(config(fp8_recipe=recipe), 1)
+            refused[recipe] = None
+        except torch_fp8.Fp8Unavailable as error:
+            refused[recipe] = error_text(error)
+    result["refused"] = refused
+    return result
+
+
+def tp() -> dict:
+    """One rank of TP 2 + SP: ColumnParallelLinear (SP all-gather) -> RowParallelLinear
+    (reduce-scatter), FP8 against BF16 with the same weights, forward and backward."""
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear, model_parallel_cuda_manual_seed
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    setup(Path(os.getcwd()), rank, world, tp=world)
+    cfg = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, bf16=True, params_dtype=torch.bfloat16,
+                            sequence_parallel=True, tensor_model_parallel_size=world,
+                            gradient_accumulation_fusion=False)
+    torch.manual_seed(3)
+    model_parallel_cuda_manual_seed(3)
+    init = torch.nn.init.xavier_normal_
+    column = ColumnParallelLinear(64, 128, config=cfg, init_method=init, bias=False, gather_output=False)
+    row = RowParallelLinear(128, 64, config=cfg, init_method=init, bias=False, input_is_parallel=True,
+                            skip_bias_add=True)
+    x = torch.randn(40, 2, 64, generator=torch.Generator().manual_seed(11)).to(torch.bfloat16)
+    local = x.chunk(world, dim=0)[rank].clone()  # sequence parallel: this rank's part of the sequence
+
+    def run(recipe):
+        inp = local.clone().requires_grad_()
+        for p in (*column.parameters(), *row.parameters()):
+            p.grad = None
+        calls = []
+        with recorded_scaled_mm(calls), (torch_fp8.fp8_autocast(recipe) if recipe else contextlib.nullcontext()):
+            out, _ = row(torch.nn.functional.gelu(column(inp)[0]))
+        with recorded_scaled_mm(calls):
+            out.float().pow(2).sum().backward()
+        return out.float(), inp.grad.float(), column.weight.grad.float(), row.weight.grad.float(), calls
+
+    fp8, bf16 = run(torch_fp8.TensorwiseFp8(hybrid=True)), run(None)
+    names = ("out", "dx", "column_wgrad", "row_wgrad")
+    return {
+        "rel_err": {n: ((a - b).abs().max() / b.abs().max()).item() for n, a, b in zip(names, fp8[:4], bf16[:4])},
+        "local_shape": list(local.shape),
+        "out_shape": list(fp8[0].shape),
+        "calls": [f"{a} x {b}" for a, b, *_ in fp8[4]],
+        "bf16_calls": len(bf16[4]),
+    }
+
+
+def run(group: str) -> dict:
+    return {name: globals()[name]() for name in group.split(",")}
