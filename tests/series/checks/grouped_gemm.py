@@ -13,6 +13,8 @@ Groups:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -53,7 +55,13 @@ def build(kind: str, cfg, seed: int = 1234):
 
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
-    builder = LocalSpecProvider().grouped_mlp_modules(kind == "grouped")
+    provider = LocalSpecProvider()
+    if "moe_use_legacy_grouped_gemm" in inspect.signature(provider.grouped_mlp_modules).parameters:
+        # 0.15/0.16: (module, submodules), built with build_module's keywords
+        module, submodules = provider.grouped_mlp_modules(kind == "grouped", False)
+        builder = functools.partial(module, submodules=submodules)
+    else:
+        builder = provider.grouped_mlp_modules(kind == "grouped")
     return builder(cfg.num_moe_experts, cfg, pg_collection=get_default_pg_collection())
 
 
