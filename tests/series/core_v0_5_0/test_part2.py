@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.child import run_checks
+from tests.series.harness import run_checks
 
 pytest.importorskip("torch")
 
 # group: (the tree fixture it runs on, its checks)
 GROUPS = {
-    "core": ("patched_core", (
+    "core": ("patched_wheel", (
         "layer_norm",
         "rms_norm",
         "grad_accumulation_fallback",
@@ -41,7 +41,7 @@ GROUPS = {
         "legacy_group_query_attention",
         "distributed_optimizer_step_round_trip",
     )),
-    "training_core": ("patched_core", ("ddp_grad_buffer_on_cpu", "timers_on_cpu")),
+    "training_core": ("patched_wheel", ("ddp_grad_buffer_on_cpu", "timers_on_cpu")),
     "training": ("patched_full", (
         "megatron_optimizer_steps", "apex_fused_adam_checkpoint_resumes", "clip_grad_norm_matches_torch",
     )),

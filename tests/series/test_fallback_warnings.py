@@ -1,26 +1,29 @@
-"""0025 fallback-warnings on the release's bytes (the megatron-core wheel): without Transformer Engine
-and apex, each fallback warning is one line, once per process; other warnings are untouched."""
+"""fallback-warnings: on the release's bytes (the megatron-core wheel), without Transformer Engine and
+apex, each fallback warning is one line, once per process; other warnings are untouched (patch
+fallback-warnings)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.series.core_v0_19_0 import harness
+from tests.series import harness
 
 pytest.importorskip("torch")  # the child imports megatron.core, which needs PyTorch
+pytestmark = harness.releases_with("fallback-warnings")
 
+PATCH = "fallback-warnings"
 TORCH_NORM = "UserWarning: Apex is not installed. Falling back to Torch Norm"
 
 
 def imports(tree, workdir) -> dict:
-    return harness.run_child("fallback_checks", "all", tree, workdir)
+    return harness.run_checks("checks.fallback_warnings", "all", tree, workdir)
 
 
-def test_each_fallback_is_one_line_once(tree019, child_dir, tmp_path):
-    # Before: the series up to the patch before this one (the pristine pin does not import without triton).
-    without = harness.wheel_tree(tmp_path / "before", harness.series_through("te-spec-clear-error"))
-    before = imports(without, child_dir)["stderr"].splitlines()
-    result = imports(tree019, child_dir)
+def test_each_fallback_is_one_line_once(release, trees, patched_wheel, child_dir):
+    # Before: the series up to the patch, without it (the pristine pin does not import without triton).
+    tree = trees.wheel(release, release.patches(through=PATCH, without=(PATCH,)))
+    before = imports(tree, child_dir)["stderr"].splitlines()
+    result = imports(patched_wheel, child_dir)
     assert result["imported"]["megatron.core.models.gpt.gpt_layer_specs"] is None, result["imported"]
     after = result["stderr"].splitlines()
     assert sum(TORCH_NORM in line for line in before) >= 2  # upstream: once per module that falls back
