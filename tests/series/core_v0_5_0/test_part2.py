@@ -54,8 +54,9 @@ def part2_results() -> dict[str, dict]:
 
 
 @pytest.fixture
-def group_results(group, request, part2_results, tmp_path_factory) -> dict[str, dict]:
-    """{check: {"ok", "detail"}} of `group`, run on its tree on first use."""
+def group_results(group, release, request, part2_results, tmp_path_factory) -> dict[str, dict]:
+    """{check: {"ok", "detail"}} of `group`, run on its tree on first use (`release` asked for by
+    name: the tree fixtures below are looked up by name, so the release parameter must be known)."""
     if group not in part2_results:
         tree = request.getfixturevalue(GROUPS[group][0])
         part2_results[group] = run_checks("core_v0_5_0.part2_checks", group, tree, tmp_path_factory.mktemp(f"part2-{group}"))
