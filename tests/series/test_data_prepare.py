@@ -27,7 +27,7 @@ HF = "HuggingFaceTokenizer"
 def tokenizer_types(tree) -> str:
     """The tree's tools/preprocess_data.py --help: its --tokenizer-type choices among the rest."""
     done = subprocess.run([sys.executable, "tools/preprocess_data.py", "--help"], cwd=tree, capture_output=True, text=True,
-                          env=harness.clean_env(PYTHONPATH=str(tree)), timeout=300)
+                          env=harness.clean_env(PYTHONPATH=str(tree)), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
