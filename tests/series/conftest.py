@@ -85,3 +85,36 @@ def fusion_results(release, patched_wheel, child_dir) -> dict:
     groups = [group for group, feature in (("fusions", "torch-fusions"), ("optimizer", "fused-adamw"))
               if feature in release.features]
     return harness.run_checks("checks.fusions", ",".join(groups), patched_wheel, child_dir, env={"TORCHDYNAMO_DISABLE": "1"})
+
+
+# checks/compat.py's groups, by the feature whose tests read them.
+COMPAT_GROUPS = {"imports": ("triton-optional",), "args": ("te-fallback", "fusion-fallback", "model-parallel", "cpu-training"),
+                 "norm": ("model-parallel",), "config": ("triton-optional", "te-fallback"), "distopt": ("distopt-resume",),
+                 "help": ("help-fixed",)}
+
+
+@pytest.fixture(scope="session")
+def compat_results(release, patched_wheel, child_dir) -> dict:
+    """checks/compat.py on the patched wheel tree, every group the release's features read, in one child."""
+    groups = [group for group, features in COMPAT_GROUPS.items() if set(features) & set(release.features)]
+    return harness.run_checks("checks.compat", ",".join(groups), patched_wheel, child_dir)
+
+
+@pytest.fixture(scope="session")
+def pretrain_validation(release, patched_full, child_dir) -> dict:
+    """checks/compat.py's pretrain group: upstream's own pretrain_gpt.py of the patched full tree
+    with default flags, and with an explicit --transformer-impl transformer_engine."""
+    return harness.run_checks("checks.compat", "pretrain", patched_full, child_dir)["pretrain"]
+
+
+@pytest.fixture(scope="session")
+def families_results(release, patched_wheel, child_dir) -> dict:
+    """checks/families.py's mla and mtp groups, those the release's features read, in one child."""
+    groups = [group for group in ("mla", "mtp") if group in release.features]
+    return harness.run_checks("checks.families", ",".join(groups), patched_wheel, child_dir)
+
+
+@pytest.fixture(scope="session")
+def smoke_wheel_report(release, patched_wheel) -> tuple[int, dict]:
+    """`rocmpatch smoke --device cpu --json` on the patched wheel tree: exit code, report."""
+    return harness.smoke_json(release, patched_wheel)
