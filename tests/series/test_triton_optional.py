@@ -26,8 +26,10 @@ def test_pristine_pin_does_not_import_without_triton_or_on_python_3_11(pristine_
 def test_patched_tree_imports(compat_results):
     imports = compat_results["imports"]
     assert not imports["stubbed_paged_stash"]
-    for name in ("megatron.core", "megatron.training", "megatron.training.models.gpt", "megatron.training.arguments",
-                 "megatron.core.models.gpt.gpt_layer_specs"):
+    modules = [name for name in imports if name.startswith("megatron.")]
+    assert {"megatron.core", "megatron.training", "megatron.training.arguments"} <= set(modules), imports
+    assert any(name.startswith("megatron.training.models.") for name in modules), imports  # where override is used
+    for name in modules:
         assert imports[name] is None, (name, imports[name])
 
 
