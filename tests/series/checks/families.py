@@ -173,9 +173,13 @@ def check_mtp() -> dict:
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
     try:
-        MTPLossLoggingHelper.save_metrics_to_tracker(torch.tensor(2.5), torch.tensor(3.0), torch.tensor(4.0),
-                                                  layer_number=0, num_layers=1)
-        values = MTPLossLoggingHelper.tracker["loss_values"]
+        if hasattr(MTPLossLoggingHelper, "save_metrics_to_tracker"):  # with the accuracy counts
+            MTPLossLoggingHelper.save_metrics_to_tracker(torch.tensor(2.5), torch.tensor(3.0), torch.tensor(4.0),
+                                                      layer_number=0, num_layers=1)
+            values = MTPLossLoggingHelper.tracker["loss_values"]
+        else:  # trees before them track the loss alone, under "values"
+            MTPLossLoggingHelper.save_loss_to_tracker(torch.tensor(2.5), layer_number=0, num_layers=1)
+            values = MTPLossLoggingHelper.tracker["values"]
         return {"error": None, "device": values.device.type, "loss_values": values.tolist()}
     except Exception as exc:  # noqa: BLE001
         return {"error": error_text(exc)}
