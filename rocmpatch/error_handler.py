@@ -22,9 +22,9 @@ from rocmpatch.errors import ExitCode, RocmpatchError
 
 
 def log_dir() -> Path:
-    from rocmpatch.store import cache_dir  # late: keep `--help` light
+    from rocmpatch.store import log_dir  # late: keep `--help` light
 
-    return cache_dir() / "logs"
+    return log_dir()
 
 
 def write_crash_log(exc: BaseException) -> Path:
@@ -97,16 +97,6 @@ def report(exc: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
-_done: str | None = None  # what the command has completed, once its change is made
-
-
-def mark_done(what: str) -> None:
-    """The command's change is complete: a Ctrl-C from now on no longer undoes or stops anything,
-    so it exits 0 (saying so) instead of 130."""
-    global _done
-    _done = what
-
-
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """Run a command body; turn whatever ends it into SystemExit(exit code). The code is the
@@ -114,25 +104,23 @@ def handled() -> Iterator[None]:
     line is printed changes nothing."""
     from rocmpatch import interrupts
 
-    global _done
-    _done = None
     interrupts.reset()
     try:
         yield
     except (SystemExit, BrokenPipeError):
         raise  # a closed pipe (`rocmpatch ... | head`): Click exits 1 quietly, as any Click program does
     except KeyboardInterrupt:
-        if _done is None:
+        if interrupts.done() is None:
             interrupts.answered(ExitCode.INTERRUPTED)
             raise SystemExit(int(report(KeyboardInterrupt()))) from None
         interrupts.answered(ExitCode.OK)
         from rocmpatch.console import err
 
-        err.print(f"rocmpatch: interrupted after the work was done: {_done}", markup=False)
+        err.print(f"rocmpatch: interrupted after the work was done: {interrupts.done()}", markup=False)
         raise SystemExit(int(ExitCode.OK)) from None
     except BaseException as exc:  # noqa: BLE001  (the point of this module)
         converted = as_user_error(exc)
         interrupts.answered(converted.exit_code if isinstance(converted, RocmpatchError) else ExitCode.INTERNAL)
         raise SystemExit(int(report(exc))) from None
     finally:
-        _done = None
+        interrupts.mark_done(None)

@@ -2,7 +2,7 @@
 
 Until the command has its answer, a Ctrl-C is 130 and `rocmpatch: interrupted`, whether it comes
 while Python loads rocmpatch, while Click reads the command line, or while the command works (a
-change that is complete says so and exits 0: error_handler.mark_done). Once the command has its
+change that is complete says so and exits 0: mark_done). Once the command has its
 answer (its exit code decided, its output written), a Ctrl-C changes nothing: rocmpatch exits
 with that answer's code, not with 130 after printing success, nor Click's `Aborted!` (exit 1).
 Small on purpose: it is loaded before anything else (rocmpatch/__main__.py).
@@ -42,8 +42,25 @@ def answered(code: int) -> int:
 
 def reset() -> None:
     """A new command (tests run many in one process)."""
-    global _answer
+    global _answer, _done
     _answer = None
+    _done = None
+
+
+_done: str | None = None  # what the command has completed, once its change is made
+
+
+def mark_done(what: str | None) -> None:
+    """The command's change is complete: a Ctrl-C from now on no longer undoes or stops anything,
+    so it exits 0 (saying so) instead of 130. Kept here, the lowest layer, so that operations can
+    say it without importing the error handler."""
+    global _done
+    _done = what
+
+
+def done() -> str | None:
+    """What mark_done said for the running command, or None."""
+    return _done
 
 
 def interrupted() -> NoReturn:

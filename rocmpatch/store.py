@@ -34,6 +34,11 @@ def cache_dir() -> Path:
     return Path(base) / "rocmpatch"
 
 
+def log_dir() -> Path:
+    """Where crash logs and data-prepare logs go (`rocmpatch cache` lists them)."""
+    return cache_dir() / "logs"
+
+
 def _make_directory(path: Path) -> None:
     """mkdir -p inside the cache; EnvironmentProblem (exit 8) when the cache, or a folder of it,
     is a file."""

@@ -35,7 +35,11 @@ def wheel_cache_dir() -> Path:
 
 def megatron_core_wheel(release: str) -> Path:
     """Path of the cached wheel of `release`, downloading it on first use."""
-    wheel = release_wheel(release)
+    return download(release_wheel(release))
+
+
+def download(wheel: ReleaseWheel) -> Path:
+    """Path of the cached `wheel`, downloading it on first use."""
     cache = wheel_cache_dir()
     pattern = f"megatron_core-{wheel.version}-*.whl"
     found = sorted(cache.glob(pattern))
@@ -54,9 +58,15 @@ def megatron_core_wheel(release: str) -> Path:
 @functools.cache
 def megatron_core_files(release: str) -> dict[str, bytes]:
     """{repository path: bytes} of every upstream source file the wheel carries (no built .so)."""
-    with zipfile.ZipFile(megatron_core_wheel(release)) as wheel:
+    return wheel_files(release_wheel(release))
+
+
+@functools.cache
+def wheel_files(wheel: ReleaseWheel) -> dict[str, bytes]:
+    """{repository path: bytes} of every upstream source file `wheel` carries (no built .so)."""
+    with zipfile.ZipFile(download(wheel)) as archive:
         return {
-            name: wheel.read(name)
-            for name in wheel.namelist()
+            name: archive.read(name)
+            for name in archive.namelist()
             if name.startswith("megatron/") and not name.endswith((".so", "/"))
         }

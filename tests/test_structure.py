@@ -124,3 +124,27 @@ def test_importing_a_module_changes_no_global_state():
     done = subprocess.run([sys.executable, "-c", CHECK, json.dumps(names)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {}
+
+
+# docs/architecture.md's picture, lowest first: a module may import its own layer and those below.
+LAYERS = (
+    {"errors", "files", "processes", "console", "yamlio", "interrupts", ""},  # "": the package's __init__
+    {"gitcmd"},
+    None,  # the core: every module not named in another layer
+    {"operations", "recipes", "data", "smoke", "preflight", "env", "launchers", "megatron_args", "installed", "import_lookup",
+     "wheels", "tables"},
+    {"commands", "error_handler"},
+    {"cli", "__main__"},
+)
+
+
+def layer_of(name: str) -> int:
+    top = name.split(".")[1] if "." in name else ""
+    named = [index for index, members in enumerate(LAYERS) if members is not None and top in members]
+    return named[0] if named else LAYERS.index(None)
+
+
+def test_no_module_imports_a_higher_layer():
+    known = modules()
+    upward = [f"{name} -> {dep}" for name, path in known.items() for dep in imports(name, path, known) if layer_of(dep) > layer_of(name)]
+    assert not upward, f"imports against docs/architecture.md's layers: {upward}"

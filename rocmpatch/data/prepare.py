@@ -308,7 +308,7 @@ def _texts(corpus: Path) -> Iterator[str]:
 
 
 def _log_path() -> Path:
-    from rocmpatch.error_handler import log_dir
+    from rocmpatch.store import log_dir
 
     directory = log_dir()
     directory.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, history, moves, statcache, store, target
 from rocmpatch.console import note
-from rocmpatch.error_handler import mark_done
+from rocmpatch.interrupts import mark_done
 from rocmpatch.errors import EnvironmentProblem, InvalidInput, TargetRefused, UpstreamError
 from rocmpatch.files import current_umask
 from rocmpatch.schema import Lock

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, history, moves, target
 from rocmpatch.console import note
-from rocmpatch.error_handler import mark_done
+from rocmpatch.interrupts import mark_done
 from rocmpatch.errors import MoveFailed, RocmpatchError, TargetRefused
 from rocmpatch.files import create_new_file
 from rocmpatch.series import LoadedSeries

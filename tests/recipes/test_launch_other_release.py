@@ -8,6 +8,8 @@ ArgumentGroupFactory), less the ones a test leaves out; a target applied with mi
 
 from __future__ import annotations
 
+import re
+
 import shlex
 from pathlib import Path
 
@@ -94,7 +96,7 @@ def mini(tmp_path, monkeypatch):
 
 def recipe_file(tmp_path: Path, releases: str) -> str:
     path = tmp_path / "mine.yaml"
-    path.write_text(find(RECIPE).path.read_text().replace("releases: [core_v0.19.0]", f"releases: {releases}"))
+    path.write_text(re.sub(r"^releases: .*$", f"releases: {releases}", find(RECIPE).path.read_text(), count=1, flags=re.M))
     return str(path)
 
 

@@ -14,7 +14,8 @@ from rocmpatch.errors import ExitCode
 from rocmpatch.recipes.catalog import find
 from tests import fake_torchrun
 
-GOOD = find("small-radeon").path.read_text()
+# A bundled recipe with one release named, so the cases below can edit that line.
+GOOD = re.sub(r"^releases: .*$", "releases: [core_v0.19.0]", find("small-radeon").path.read_text(), count=1, flags=re.M)
 # The first layout (1gpu) and the second (8gpu) as written in small-radeon.yaml.
 FIRST_LAYOUT = "  - name: 1gpu\n    nodes: 1\n    gpus_per_node: 1\n"
 SECOND_TP = "      --micro-batch-size: 4\n"

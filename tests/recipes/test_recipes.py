@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shlex
 
 import pytest
@@ -9,6 +10,8 @@ from click.testing import CliRunner
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, InvalidInput
 from rocmpatch.recipes.catalog import find, load, names, to_argv
+from rocmpatch.releases import choose
+from rocmpatch.schema import load_lock_file
 from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_model, moe_layer_freq
 
 RECIPES = names()
@@ -30,7 +33,9 @@ def upstream_memory():
 @pytest.mark.parametrize("name", RECIPES)
 def test_each_recipe_loads_has_8gpu_and_2node_layouts_and_fits_its_gpu(name, upstream_memory):
     recipe = find(name)
-    assert recipe.releases.items == ("core_v0.19.0",)
+    pinned = set(load_lock_file(Path(__file__).resolve().parents[2] / "upstream.lock").releases)
+    default = choose(None, None).location.release
+    assert default in recipe.releases.items and set(recipe.releases.items) <= pinned  # names, no ranges
     shapes = {(l.nodes, l.gpus_per_node) for l in recipe.layouts}
     assert {(1, 8), (2, 8)} <= shapes
     for layout in recipe.layouts:

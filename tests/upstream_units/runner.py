@@ -147,7 +147,9 @@ def run_pytest(tree: Path, paths: list[str], workdir: Path, *, block: tuple[str,
                PYTHONDONTWRITEBYTECODE="1", ROCMPATCH_UNITS_LOG=str(log), ROCMPATCH_UNITS_SKIP=str(skip),
                ROCMPATCH_UNITS_BLOCK=",".join(block), TMPDIR=str(workdir))
     command = [sys.executable, "-m", "pytest", "-p", "megatron_on_cpu", "-p", "no:cacheprovider", "-q",
-               "--continue-on-collection-errors", f"--basetemp={workdir / 'basetemp'}", "-W", "ignore"]
+               "--continue-on-collection-errors", f"--basetemp={workdir / 'basetemp'}", "-W", "ignore",
+               # every test, whatever the tree's own addopts say (some releases' pyproject.toml has -x)
+               "--maxfail=1000000000"]
     if _has_module("pytest_timeout"):  # a plugin pytest loads by itself
         command.append(f"--timeout={test_timeout}")
     started, result, seen = time.monotonic(), Run(), -1
