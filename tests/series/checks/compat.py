@@ -205,8 +205,13 @@ def check_vision() -> dict:
     from megatron.core.models.multimodal.llava_model import LLaVAModel
     from megatron.core.models.vision.clip_vit_model import CLIPViTModel
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    from megatron.core.transformer.spec_utils import get_submodules
     from megatron.core.transformer.transformer_config import TransformerConfig
+
+    try:
+        from megatron.core.transformer.spec_utils import get_submodules
+    except ImportError:  # trees before it (0.16): a ModuleSpec's own submodules
+        def get_submodules(spec):
+            return spec.submodules
 
     parallel_state.initialize_model_parallel()
     model_parallel_cuda_manual_seed(123)
