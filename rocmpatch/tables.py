@@ -4,7 +4,8 @@ stays whole at any width.
 Rich shortens a cell that does not fit with an ellipsis (`core_v0.19…`, `5be9626709…`). Here every
 column folds instead (wraps at spaces, and inside a word only where a word is wider than its
 column), and a table wider than the terminal is sized here: every column keeps its longest word if
-all fit; else the `whole` columns keep theirs (the narrowest first) and the others fold; and where
+all fit; else the `whole` columns keep theirs (in the order `whole` names them: the first is what a
+user copies most) and the others fold; and where
 not one `whole` column fits, each row is printed as lines of `header: value` instead of a table.
 Rich is imported only when a table is printed.
 """
@@ -28,7 +29,7 @@ class Table:
         if unknown:
             raise ValueError(f"whole names no column: {sorted(unknown)}")
         self.headers = headers
-        self.whole = frozenset(whole)
+        self.whole = tuple(whole)  # in order of importance
         self.options = options
         self.rows: list[tuple[Any, ...]] = []
 
@@ -47,7 +48,7 @@ class Table:
         if sum(words) <= budget:
             return _collapse(natural, words, budget)
         kept: list[int] = []
-        for i in sorted((i for i in columns if self.headers[i] in self.whole), key=lambda i: (words[i], i)):
+        for i in sorted((i for i in columns if self.headers[i] in self.whole), key=lambda i: self.whole.index(self.headers[i])):
             floors = [words[j] if j in (*kept, i) else min(words[j], _FOLDED_AT_LEAST) for j in columns]
             if sum(floors) <= budget:
                 kept.append(i)

@@ -20,7 +20,7 @@ def run(*, series_dir: Path | None, as_json: bool) -> ExitCode:
         emit_json({"patchsets": str(patchsets.root), "lock": str(patchsets.lock_path), "releases": [s.to_json() for s in summaries]})
         return ExitCode.OK
     table = Table("release", "upstream ref", "commit", "date", "patches", "validated on (cpu, rocm, cuda)", title=f"releases in {patchsets.root}", title_justify="left",
-                  whole=("release", "upstream ref", "commit", "date"))
+                  whole=("release", "commit", "upstream ref", "date"))
     for summary in summaries:
         latest = {v.platform: v.date for v in sorted(summary.validated, key=lambda v: v.date)}
         places = ", ".join(f"{p} {latest[p]}" for p in PLATFORMS if p in latest) or "nowhere yet"
