@@ -86,8 +86,9 @@ def built(cli, project, checkout, tmp_path):
     return json.loads(result.stdout)
 
 
-def test_the_wheel_carries_the_tree_version_with_the_tree_label(built, project):
-    tree = json.loads(json.dumps(built))["tree"]
+def test_the_wheel_is_the_labelled_tree_that_pip_takes_for_the_pin_and_that_verifies_installed(cli, built, project, tmp_path):
+    """One build (the slow part), three answers: its name and metadata, pip's resolver, verify --installed."""
+    tree = built["tree"]
     assert built["version"] == f"0.19.1+rocmpatch.{tree[:8]}" and built["satisfies"] == "==0.19.1"
     assert built["release"] == project.release and built["overlay"] is None
     wheel = Path(built["wheel"])
@@ -99,23 +100,18 @@ def test_the_wheel_carries_the_tree_version_with_the_tree_label(built, project):
         assert f"Version: {built['version']}\n" in archive.read(f"{info}METADATA").decode()
         assert b"return 33  # rocm" in archive.read("megatron/core/model.py")  # the patched bytes, unchanged
 
-
-def test_pips_resolver_takes_it_for_the_frameworks_pin(built):
-    wheels = Path(built["wheel"]).parent
-    taken = resolve("megatron-core==0.19.1", wheels)
+    taken = resolve("megatron-core==0.19.1", wheel.parent)
     assert taken.returncode == 0, taken.stderr
     assert [item["metadata"]["version"] for item in json.loads(taken.stdout)["install"]] == [built["version"]]
-    assert resolve("megatron-core==0.19.2", wheels).returncode != 0  # another release is not faked
+    assert resolve("megatron-core==0.19.2", wheel.parent).returncode != 0  # another release is not faked
 
-
-def test_installed_it_verifies_as_the_patched_tree(cli, built, tmp_path):
     python = make_venv(tmp_path / "venv")
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
                            "--disable-pip-version-check", built["wheel"]], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     result = cli("verify", "--installed", "--python", str(python), "--json")
     report = json.loads(result.stdout)
-    assert result.exit_code == 0 and report["release"] and report["expected_tree"] == built["tree"], report
+    assert result.exit_code == 0 and report["release"] and report["expected_tree"] == tree, report
 
 
 def test_an_edited_checkout_is_not_packaged(cli, project, checkout, tmp_path):
