@@ -23,11 +23,12 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from child_json import run_json_child  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = (("sdpa", "auto"), ("explicit", "unfused"))
@@ -126,14 +127,7 @@ def run_point(args: argparse.Namespace, tree: Path, seq: int, backend: str) -> d
                "--seq-one", str(seq), "--backend", backend,
                "--heads", str(args.heads), "--head-dim", str(args.head_dim), "--dtype", args.dtype,
                "--device", args.device, "--repeat", str(args.repeat)]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    if args.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        raise SystemExit(f"point seq={seq} {backend} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return run_json_child(command, args.device, f"point seq={seq} {backend}")
 
 
 def mib(n: float) -> str:

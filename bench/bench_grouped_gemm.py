@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from child_json import run_json_child  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,14 +100,7 @@ def run_path(args: argparse.Namespace, tree: Path, path: str) -> dict:
     command = [sys.executable, __file__, "--child", "--tree", str(tree), "--path", path,
                "--experts", str(args.experts), "--hidden", str(args.hidden), "--ffn", str(args.ffn),
                "--tokens", str(args.tokens), "--dtype", args.dtype, "--device", args.device, "--repeat", str(args.repeat)]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    if args.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        raise SystemExit(f"{path} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
+    return run_json_child(command, args.device, f"{path}")
 
 
 def main() -> None:

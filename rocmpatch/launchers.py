@@ -131,15 +131,18 @@ def run(launch: Launch, *, cwd: str | None = None, on_line: Callable[[str, str],
         for line in stream:
             on_line(line.rstrip("\n"), name)
 
-    readers = [threading.Thread(target=pump, args=(process.stderr, "stderr"), daemon=True)]
-    readers[0].start()
+    # Both streams are read in threads: the main thread only waits, so a Ctrl-C raised in it can
+    # never fall between reading a line and showing it (torchrun's "stopping the workers" was lost so).
+    readers = [threading.Thread(target=pump, args=(stream, name), daemon=True)
+               for stream, name in ((process.stdout, "stdout"), (process.stderr, "stderr"))]
+    for reader in readers:
+        reader.start()
     try:
-        pump(process.stdout, "stdout")
-        readers[0].join()
-        return process.wait()
+        code = process.wait()
+        for reader in readers:
+            reader.join()
+        return code
     except BaseException:  # Ctrl-C reached torchrun too: show it stopping its workers, then stop
-        readers.append(threading.Thread(target=pump, args=(process.stdout, "stdout"), daemon=True))
-        readers[-1].start()
         try:
             process.wait(timeout=30)
         except BaseException:  # it did not stop, or a second Ctrl-C

@@ -67,6 +67,16 @@ def make_upstream(tmp: Path) -> Upstream:
     return Upstream(path, "v1.0", pin, gitcmd.tree_of(repo, pin), later)
 
 
+def tagged_upstream(tmp: Path, files: dict[str, str | bytes | None], tag: str = "v1.0") -> Upstream:
+    """An upstream of one commit holding `files`, tagged: the pin (and its own `later`)."""
+    path = tmp / "upstream"
+    repo = gitcmd.init_repo(path)
+    write_files(path, files)
+    pin = commit_all(path, "megatron")
+    gitcmd.run(repo, "tag", tag)
+    return Upstream(path, tag, pin, gitcmd.tree_of(repo, pin), pin)
+
+
 def replace_line(text: str, old: str, new: str) -> str:
     assert old in text, old
     return text.replace(old, new, 1)

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmpatch import gitcmd
 from rocmpatch.errors import ExitCode
-from tests.fixtures import Upstream, commit_all, make_series, replace_line, write_files
+from tests.fixtures import make_series, replace_line, tagged_upstream
 from tests.installing import make_venv
 
 # A megatron-core shaped tree whose version comes from package_info.py, as upstream's does.
@@ -47,12 +46,7 @@ PATCHES = [("rocm-model", {"megatron/core/model.py": replace_line(MODEL, "return
 
 @pytest.fixture
 def upstream(tmp_path):
-    path = tmp_path / "upstream"
-    repo = gitcmd.init_repo(path)
-    write_files(path, FILES)
-    pin = commit_all(path, "megatron")
-    gitcmd.run(repo, "tag", "v1.0")
-    return Upstream(path, "v1.0", pin, gitcmd.tree_of(repo, pin), pin)
+    return tagged_upstream(tmp_path, FILES)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode
 from rocmpatch import store
 from rocmpatch.operations import locking
-from tests.fixtures import (Upstream, commit_all, make_series, patch_texts, replace_line, write_files, write_lock, write_overlay_lock,
+from tests.fixtures import (Upstream, commit_all, make_series, tagged_upstream, patch_texts, replace_line, write_files, write_lock, write_overlay_lock,
                             write_series, write_series_dir)
 from tests.installing import install, make_venv
 
@@ -64,12 +64,7 @@ EXTENSION = sysconfig.get_config_var("EXT_SUFFIX")  # .cpython-311-x86_64-linux-
 
 @pytest.fixture
 def upstream(tmp_path):
-    path = tmp_path / "upstream"
-    repo = gitcmd.init_repo(path)
-    write_files(path, FILES)
-    pin = commit_all(path, "megatron")
-    gitcmd.run(repo, "tag", "v1.0")
-    return Upstream(path, "v1.0", pin, gitcmd.tree_of(repo, pin), pin)
+    return tagged_upstream(tmp_path, FILES)
 
 
 @pytest.fixture
