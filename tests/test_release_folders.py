@@ -237,3 +237,32 @@ def test_the_scan_sees_names_in_code_but_not_in_prose(tmp_path):
     hits = [number for number, code in python_code(text) if release_names().search(code)]
     assert hits == [3, 4]
     assert [n for n, code in other_code(f"a: 1  # {name}\nb: [{name}]\n") if release_names().search(code)] == [2]
+
+
+def test_a_session_runs_the_default_release_fully_and_the_others_cheap_tests(monkeypatch):
+    """Without ROCMPATCH_TEST_RELEASES (CI) the default release runs every series test, another
+    release its own folder's tests and its generic tests marked every_release; with it, the releases
+    it names run every test and no other does; a name patchsets/ lacks is refused naming the variable."""
+    from tests.series import harness
+
+    default = harness.default_release()
+    other = next(name for name in PATCHSETS.releases() if name != default)
+
+    def runs(release: str, value: str | None, *, generic: bool = True, every_release: bool = False) -> bool:
+        if value is None:
+            monkeypatch.delenv(harness.RELEASES_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(harness.RELEASES_VARIABLE, value)
+        harness.named_releases.cache_clear()
+        return harness.not_run_here(release, generic=generic, every_release=every_release) is None
+
+    try:
+        assert runs(default, None) and runs(other, None, every_release=True) and runs(other, None, generic=False)
+        assert not runs(other, None)
+        assert runs(other, other) and not runs(default, other, every_release=True) and not runs(default, other, generic=False)
+        assert runs(other, "all") and runs(default, "all")
+        with pytest.raises(pytest.UsageError, match=harness.RELEASES_VARIABLE):
+            runs(other, "no-such-release")
+    finally:
+        monkeypatch.undo()
+        harness.named_releases.cache_clear()

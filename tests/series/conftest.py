@@ -11,6 +11,22 @@ import pytest
 from tests.series import harness
 
 
+SERIES = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    """Series tests of a release this session does not test are skipped saying where they run
+    (harness.not_run_here: ROCMPATCH_TEST_RELEASES, or CI's default choice)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if not isinstance(params.get("release"), harness.Release) or SERIES not in item.path.parents:
+            continue
+        reason = harness.not_run_here(params["release"].name, generic=item.path.parent == SERIES,
+                                      every_release=item.get_closest_marker("every_release") is not None)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def release(request) -> harness.Release:
     """The release under test: parametrised by harness.releases_with(...)."""

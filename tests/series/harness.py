@@ -4,7 +4,9 @@ folder's series.yaml and release.yaml, and its upstream.lock entry; nothing here
 - Releases: `releases_with(*features)` parametrises a test over the releases whose release.yaml
   declares every one of `features` (the fixture `release` of tests/series/conftest.py takes the
   value); `release_of(__file__)` is the release of a tests/series/<release>/ folder (its own tests),
-  whose conftest.py gives it to the folder's tests with `own_release`.
+  whose conftest.py gives it to the folder's tests with `own_release`. Which of them a session runs:
+  `not_run_here` (ROCMPATCH_TEST_RELEASES; without it, CI's choice: the default release fully, the
+  other releases' tests marked every_release).
 - Trees (`Trees`, one per session, each tree built once and kept on disk): `wheel` is megatron/
   of the pin from the release's test wheel (tests/megatron_wheel.py; without a wheel, the same
   directories read from the mirror, or a skip naming release.yaml's reason), `full` is the whole
@@ -48,6 +50,7 @@ from tests.series.trees import apply_series, read_from_mapping, write_files
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR_VARIABLE = "ROCMPATCH_TEST_UPSTREAM"
+RELEASES_VARIABLE = "ROCMPATCH_TEST_RELEASES"  # the releases a session tests fully (not_run_here)
 
 # Refused in every child. Not stdlib or torch: only what NVIDIA ships or builds for CUDA.
 NVIDIA_ONLY = (
@@ -139,6 +142,43 @@ def releases_with(*features: str) -> pytest.MarkDecorator:
     assert not unknown, f"no such feature {unknown} (rocmpatch.schema.FEATURES)"
     chosen = [r for r in releases() if set(features) <= set(r.features)]
     return pytest.mark.parametrize("release", [pytest.param(r, id=r.name) for r in chosen], indirect=True)
+
+
+@functools.cache
+def default_release() -> str:
+    """The release rocmpatch takes without --release (patchsets/<release>/release.yaml says so)."""
+    from rocmpatch.releases import choose
+
+    return choose(ROOT / "patchsets", None).release
+
+
+@functools.cache
+def named_releases() -> frozenset[str] | None:
+    """The releases ROCMPATCH_TEST_RELEASES names (comma-separated, or `all`); None where it is unset."""
+    value = os.environ.get(RELEASES_VARIABLE, "").strip()
+    if not value:
+        return None
+    known = [r.name for r in releases()]
+    names = known if value == "all" else [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise pytest.UsageError(f"{RELEASES_VARIABLE}={value}: patchsets/ has no release {', '.join(unknown)} "
+                                f"(it has {', '.join(known)}; or give all)")
+    return frozenset(names)
+
+
+def not_run_here(release: str, *, generic: bool, every_release: bool) -> str | None:
+    """Why a series test of `release` is not run in this session, or None where it is. Unset
+    ROCMPATCH_TEST_RELEASES (CI): the default release fully, the other releases' own folders, and
+    their generic tests marked every_release (the cheap ones); set: those releases fully, no other."""
+    named = named_releases()
+    if named is not None:
+        return None if release in named else f"{release}: not in {RELEASES_VARIABLE}={os.environ[RELEASES_VARIABLE]}"
+    if not generic or every_release or release == default_release():
+        return None
+    return (f"{release}: runs where {RELEASES_VARIABLE} names the release (.github/workflows/series.yml, one job "
+            f"per release); without it, only the default release ({default_release()}) runs every series test and "
+            "the others the cheap ones (marked every_release)")
 
 
 def needs_features(release: Release, *features: str) -> None:

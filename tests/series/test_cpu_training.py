@@ -27,6 +27,7 @@ pytestmark = harness.releases_with("cpu-training")
 DEVICE_HELPER = "megatron/core/_device_utils.py"
 
 
+@pytest.mark.every_release
 def test_device_helper(patched_wheel, tmp_path):
     """cpu-device-utils' helper, applied to the release's bytes: the CPU where no GPU is visible (this
     test runs on CPU PyTorch; on a GPU it would be the current GPU)."""
@@ -47,6 +48,7 @@ def test_device_helper(patched_wheel, tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
 
 
+@pytest.mark.every_release
 def test_megatron_fsdp_on_the_cpu_path_is_refused_in_one_line(compat_results):
     """Megatron-FSDP's buffers and streams need a GPU; before cpu-training, validate_args failed in
     get_device_arch_version with "Torch not compiled with CUDA enabled"."""

@@ -22,6 +22,7 @@ PATCH = "distopt-torch-adam-step"
 LAST_COMPAT = "te-spec-clear-error"
 
 
+@pytest.mark.every_release
 def test_distributed_optimizer_torch_adam_step_save_and_resume(compat_results):
     result = compat_results["distopt"]
     assert result["have_apex_or_te"] is False  # the torch Adam paths are the ones exercised

@@ -23,6 +23,7 @@ FUSION_FLAGS = {
 }
 
 
+@pytest.mark.every_release
 def test_default_flags_turn_each_fusion_off_in_one_line(compat_results):
     case = compat_results["args"]["default"]
     assert case["error"] is None and case["config_error"] is None, case
@@ -35,18 +36,21 @@ def test_default_flags_turn_each_fusion_off_in_one_line(compat_results):
     assert not case["masked_softmax_fusion"] and case["no_persist_layer_norm"]
 
 
+@pytest.mark.every_release
 def test_explicit_local_with_fusions_off_is_quiet(compat_results):
     case = compat_results["args"]["explicit_local_quiet"]
     assert case["error"] is None and case["config_error"] is None
     assert case["warnings"] == []
 
 
+@pytest.mark.every_release
 def test_layernorm_persist_line_names_the_norm(compat_results):
     case = compat_results["args"]["layernorm"]
     assert case["config_error"] is None
     assert any("uses the torch LayerNorm" in line for line in case["warnings"])
 
 
+@pytest.mark.every_release
 def test_moe_grouped_gemm_falls_back_in_one_line(release, compat_results):
     if "grouped-gemm" in release.features:
         pytest.skip(f"{release.info.path} declares grouped-gemm: the flag stays on (test_moe_grouped_gemm_stays_on_without_te)")
@@ -58,6 +62,7 @@ def test_moe_grouped_gemm_falls_back_in_one_line(release, compat_results):
     assert not any("--moe-grouped-gemm" in line for line in compat_results["args"]["moe"]["warnings"])
 
 
+@pytest.mark.every_release
 def test_moe_grouped_gemm_stays_on_without_te(release, compat_results):
     """Without TE the local spec runs torch's grouped GEMM (tests/series/test_grouped_gemm.py), so
     validate_args keeps the flag and skips TE's compute-capability check, which fails off CUDA."""

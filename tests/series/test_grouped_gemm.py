@@ -33,6 +33,7 @@ def grouped_results(patched_wheel, child_dir) -> dict:
                               child_dir)
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("case", ["swiglu fp32", "swiglu bf16", "swiglu fused bf16", "gelu fp32", "all empty bf16",
                                   "one expert bf16"])
 def test_grouped_experts_equal_sequential(grouped_results, case):
@@ -44,10 +45,12 @@ def test_grouped_experts_equal_sequential(grouped_results, case):
     assert result["empty_expert_grads_zero"], result
 
 
+@pytest.mark.every_release
 def test_activation_recompute_is_refused_naming_the_flag(grouped_results):
     assert "--recompute-modules moe_act needs Transformer Engine" in grouped_results["exact"]["recompute moe_act refused"]
 
 
+@pytest.mark.every_release
 def test_kernel_is_said_once_per_dtype_and_a_refused_shape_falls_back_saying_so(grouped_results):
     kernel = grouped_results["kernel"]
     assert kernel["records"] == [
@@ -63,12 +66,14 @@ def test_kernel_is_said_once_per_dtype_and_a_refused_shape_falls_back_saying_so(
     assert kernel["odd_shape_diff"] == 0.0
 
 
+@pytest.mark.every_release
 def test_backward_keeps_no_stacked_copy_of_the_weights(grouped_results):
     """The autograd graph holds the input, the offsets and each expert's own weight; a [experts, out,
     in] stack kept until the backward would be a copy of every expert's weights per layer."""
     assert grouped_results["kernel"]["saved_shapes"] == [[6, 32], [4]] + [[96, 32]] * 4
 
 
+@pytest.mark.every_release
 def test_local_spec_builds_grouped_experts_only_with_the_flag(grouped_results):
     assert grouped_results["layer"] == {"True": "TorchGroupedMLP", "False": "SequentialMLP"}
 
@@ -101,6 +106,7 @@ def global_entries(described: dict) -> list[tuple]:
                    tuple(d.get("local_shape", ())), d.get("factory")) for d in described.values())
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("case, bias", [("swiglu", False), ("gelu bias", True)])
 def test_state_dict_is_te_grouped_layout_with_sequential_sharded_keys(grouped_results, case, bias):
     result = grouped_results["state_dict"][case]
@@ -118,6 +124,7 @@ def test_state_dict_is_te_grouped_layout_with_sequential_sharded_keys(grouped_re
     assert global_entries(result["grouped"]) == global_entries(result["sequential"])
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("direction", ["grouped->sequential", "sequential->grouped"])
 def test_torch_dist_checkpoint_loads_into_the_other_class(grouped_results, direction):
     result = grouped_results["checkpoint"][direction]

@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 pytestmark = harness.releases_with("model-parallel")
 
 
+@pytest.mark.every_release
 def test_tensor_and_pipeline_parallel_arguments_validate_off_cuda(compat_results):
     # The CUDA_DEVICE_MAX_CONNECTIONS=1 rule is for CUDA builds: not asked here (CPU build, unset).
     tp = compat_results["args"]["tp2_sp"]
@@ -26,6 +27,7 @@ def test_tensor_and_pipeline_parallel_arguments_validate_off_cuda(compat_results
     assert pp["error"] is None and pp["config_error"] is None, pp
 
 
+@pytest.mark.every_release
 def test_torch_norm_parameters_carry_sequence_parallel(compat_results):
     attributes = compat_results["norm"]["attributes"]
     assert attributes == {"LayerNorm-sp1": [True, True], "LayerNorm-sp0": [False, False],
@@ -40,6 +42,7 @@ def test_torch_norm_gradients_are_reduced_across_tp_under_sp(patched_wheel, tmp_
     assert [r["grads"] for r in results] == [[3.0], [3.0]], results
 
 
+@pytest.mark.every_release
 def test_torch_norm_refusals_say_what_to_drop(compat_results):
     refusals = compat_results["norm"]["refusals"]
     assert refusals["layernorm_zero_centered_gamma"].startswith("ValueError: ") and "--apply-layernorm-1p" in refusals["layernorm_zero_centered_gamma"]

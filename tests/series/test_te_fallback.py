@@ -19,6 +19,7 @@ TE_ERROR = ("RuntimeError: --transformer-impl transformer_engine needs Transform
             "drop --transformer-impl transformer_engine (the local implementation is used without it) or install Transformer Engine.")
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("spec, local", [
     ("te_spec", "get_gpt_layer_local_spec"),
     ("t5_encoder_te_spec", "get_t5_encoder_with_local_block_spec"),
@@ -34,6 +35,7 @@ def test_te_spec_without_te_says_what_to_use(compat_results, spec, local):
     assert "\n" not in error
 
 
+@pytest.mark.every_release
 def test_default_flags_fall_back_to_local_in_one_line(compat_results):
     case = compat_results["args"]["default"]
     assert case["error"] is None and case["config_error"] is None, case
@@ -41,6 +43,7 @@ def test_default_flags_fall_back_to_local_in_one_line(compat_results):
     assert case["warnings"].count(TE_LINE) == 1
 
 
+@pytest.mark.every_release
 def test_explicit_transformer_engine_without_te_fails_naming_the_flag(compat_results):
     for name in ("explicit_te", "explicit_te_equals"):
         assert compat_results["args"][name]["error"] == TE_ERROR

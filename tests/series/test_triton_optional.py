@@ -23,6 +23,7 @@ def test_pristine_pin_does_not_import_without_triton_or_on_python_3_11(pristine_
         assert "cannot import name 'override' from 'typing'" in pristine_imports["megatron.training"]
 
 
+@pytest.mark.every_release
 def test_patched_tree_imports(compat_results):
     imports = compat_results["imports"]
     assert not imports["stubbed_paged_stash"]
@@ -33,6 +34,7 @@ def test_patched_tree_imports(compat_results):
         assert imports[name] is None, (name, imports[name])
 
 
+@pytest.mark.every_release
 def test_paged_stash_without_triton_is_refused_naming_the_flag(compat_results):
     assert compat_results["config"]["paged_stash"].startswith("ValueError: moe_paged_stash needs triton")
     assert "--moe-paged-stash" in compat_results["config"]["paged_stash"]
