@@ -14,7 +14,8 @@ import pytest
 from tests.series import harness
 from tests.series.flags import TINY_LLAMA
 
-pytestmark = [harness.releases_with("data-prepare"), pytest.mark.upstream]
+# every_release: full tree only, so nothing in CI; a mirror run checks every release declaring data-prepare
+pytestmark = [harness.releases_with("data-prepare"), pytest.mark.upstream, pytest.mark.every_release]
 pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")

@@ -15,7 +15,8 @@ import pytest
 from tests.series import harness
 from tests.series.flags import LEGACY_LLAMA, TINY_GPT
 
-pytestmark = [harness.releases_with("legacy-model"), pytest.mark.upstream]
+# every_release: full tree only, so nothing in CI; a mirror run checks every release declaring legacy-model
+pytestmark = [harness.releases_with("legacy-model"), pytest.mark.upstream, pytest.mark.every_release]
 pytest.importorskip("torch")
 
 
