@@ -111,24 +111,33 @@ PENDING = {
     "tests/recipes/test_launch_other_release.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_launch_release.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_recipe_file.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
-    "tests/recipes/test_recipe_trains.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
     "tests/recipes/test_recipes.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
-    "tests/recipes/test_upstream_args.py": "recipes say which releases they fit (issue 30 item 2, launch-and-inputs)",
 }
 
 
-def release_names() -> re.Pattern:
-    """Each release folder's name, and its Python module form (core_v1.2.0 -> core_v1_2_0)."""
+def module_form(name: str) -> str:
+    return re.sub(r"[.+-]", "_", name)
+
+
+def release_names(but: str | None = None) -> re.Pattern:
+    """Each release folder's name, and its Python module form (core_v1.2.0 -> core_v1_2_0), but `but`'s."""
     names = set()
     for name in PATCHSETS.releases():
-        names |= {name, re.sub(r"[.+-]", "_", name)}
-    return re.compile("|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)))
+        if name != but:
+            names |= {name, module_form(name)}
+    return re.compile("|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) or r"(?!)")
+
+
+def own_release(relative: str) -> str | None:
+    """The release whose own tests folder, tests/series/<release, _ for .>/, holds `relative`."""
+    found = re.match(r"tests/series/([^/]+)/", relative)
+    releases = {module_form(name): name for name in PATCHSETS.releases()}
+    return releases.get(found[1]) if found else None
 
 
 def exempt(relative: str) -> bool:
-    """tests/series/<release>/ (one release's own tests, until one harness serves every release) and
-    the recipes, data that says which releases each fits."""
-    return bool(re.match(r"tests/series/[^/]+/", relative) or re.fullmatch(r"rocmpatch/recipes/[^/]+\.yaml", relative))
+    """The recipes: data that says which releases each fits."""
+    return bool(re.fullmatch(r"rocmpatch/recipes/[^/]+\.yaml", relative))
 
 
 def python_code(text: str):
@@ -152,7 +161,6 @@ def other_code(text: str):
 
 
 def naming_lines() -> dict[str, list[str]]:
-    pattern = release_names()
     found: dict[str, list[str]] = {}
     for base in SCANNED:
         for path in sorted((ROOT / base).rglob("*")):
@@ -161,6 +169,7 @@ def naming_lines() -> dict[str, list[str]]:
                 continue
             text = path.read_text(encoding="utf-8")
             lines = python_code(text) if path.suffix == ".py" else other_code(text)
+            pattern = release_names(but=own_release(relative))  # a release's own tests may name it
             hits = [f"{relative}:{number}: {code.strip()[:120]}" for number, code in lines if pattern.search(code)]
             if hits:
                 found[relative] = hits
@@ -176,8 +185,10 @@ def test_no_code_outside_patchsets_names_a_release():
       underscores): not in a string, an identifier, a module path, help text or a help example
       (write NAME, <release> or `rocmpatch releases` instead), nor in a workflow or shell script;
     - comments and docstrings may: they cite history ("an H100 run of ... failed"), not behaviour;
-    - tests/series/<release>/ (one release's own tests) and rocmpatch/recipes/*.yaml (data saying
-      which releases a recipe fits) are exempt;
+    - tests/series/<release, _ for .>/ (what only that release does, on the one harness) may name
+      that release, and no other; every other test runs for each release through the harness
+      (tests/series/harness.py: releases_with(feature));
+    - rocmpatch/recipes/*.yaml (data saying which releases a recipe fits) is exempt;
     - docs/ and examples/ are prose and user-facing examples, not scanned;
     - PENDING lists the files still waiting for their change, each with the reason.
     """
@@ -188,6 +199,37 @@ def test_no_code_outside_patchsets_names_a_release():
     assert not done, f"these no longer name a release: take them off PENDING: {done}"
 
 
+def test_a_release_folder_of_tests_may_name_its_own_release_only():
+    first, *others = PATCHSETS.releases()
+    mine = f"tests/series/{module_form(first)}/test_x.py"
+    assert own_release(mine) == first and own_release("tests/series/test_x.py") is None
+    assert not release_names(but=own_release(mine)).search(f'"{first}"')
+    for other in others:
+        assert release_names(but=own_release(mine)).search(f'"{other}"')
+
+
+def test_every_tests_series_folder_is_a_releases():
+    """tests/series/ holds the harness, the generic tests, checks/ (their child side) and one folder
+    per release with tests only that release has; a folder of no release is a leftover."""
+    allowed = {"checks", "__pycache__"} | {module_form(name) for name in PATCHSETS.releases()}
+    strays = [p.name for p in (ROOT / "tests" / "series").iterdir() if p.is_dir() and p.name not in allowed]
+    assert not strays, f"tests/series/ folders of no release in patchsets/: {strays}"
+
+
+def test_every_feature_has_its_tests_and_its_docs():
+    """A feature a release.yaml may declare (rocmpatch.schema.FEATURES) runs
+    tests/series/test_<feature>.py, parametrised by harness.releases_with(feature), and
+    docs/adding-a-release.md says what it checks."""
+    from rocmpatch.schema import FEATURES
+
+    docs = (ROOT / "docs" / "adding-a-release.md").read_text(encoding="utf-8")
+    for feature in FEATURES:
+        test = ROOT / "tests" / "series" / f"test_{feature.replace('-', '_')}.py"
+        assert test.is_file(), f"feature {feature}: no {test.relative_to(ROOT)}"
+        assert f'releases_with("{feature}"' in test.read_text(encoding="utf-8"), f"{test.relative_to(ROOT)} does not run for {feature}"
+        assert f"| `{feature}` |" in docs, f"docs/adding-a-release.md's features table lacks {feature}"
+
+
 def test_the_scan_sees_names_in_code_but_not_in_prose(tmp_path):
     name = PATCHSETS.releases()[0]
     text = (f'"""Cites {name} in a docstring."""\n# and {name} in a comment\n'
@@ -195,3 +237,32 @@ def test_the_scan_sees_names_in_code_but_not_in_prose(tmp_path):
     hits = [number for number, code in python_code(text) if release_names().search(code)]
     assert hits == [3, 4]
     assert [n for n, code in other_code(f"a: 1  # {name}\nb: [{name}]\n") if release_names().search(code)] == [2]
+
+
+def test_a_session_runs_the_default_release_fully_and_the_others_cheap_tests(monkeypatch):
+    """Without ROCMPATCH_TEST_RELEASES (CI) the default release runs every series test, another
+    release its own folder's tests and its generic tests marked every_release; with it, the releases
+    it names run every test and no other does; a name patchsets/ lacks is refused naming the variable."""
+    from tests.series import harness
+
+    default = harness.default_release()
+    other = next(name for name in PATCHSETS.releases() if name != default)
+
+    def runs(release: str, value: str | None, *, generic: bool = True, every_release: bool = False) -> bool:
+        if value is None:
+            monkeypatch.delenv(harness.RELEASES_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(harness.RELEASES_VARIABLE, value)
+        harness.named_releases.cache_clear()
+        return harness.not_run_here(release, generic=generic, every_release=every_release) is None
+
+    try:
+        assert runs(default, None) and runs(other, None, every_release=True) and runs(other, None, generic=False)
+        assert not runs(other, None)
+        assert runs(other, other) and not runs(default, other, every_release=True) and not runs(default, other, generic=False)
+        assert runs(other, "all") and runs(default, "all")
+        with pytest.raises(pytest.UsageError, match=harness.RELEASES_VARIABLE):
+            runs(other, "no-such-release")
+    finally:
+        monkeypatch.undo()
+        harness.named_releases.cache_clear()

@@ -105,6 +105,11 @@ def test_smoke_gpus_naming_no_gpu_is_refused_before_anything_runs(tmp_path, gpus
     one_line(result, "--gpus")
 
 
+def test_smoke_on_a_folder_that_is_no_megatron_tree_is_refused(tmp_path):
+    result = invoke("smoke", "--target", str(tmp_path), "--device", "cpu")
+    assert result.exit_code == 5 and "no megatron/core/__init__.py" in result.output
+
+
 # --- locks naming a tree the series does not give --------------------------------------------------
 
 def _bogus_patched_tree(lock: Path) -> None:

@@ -1,5 +1,5 @@
 """Each recipe, scaled down, trains: its flags (parallel layout, sizes and data aside) on upstream's
-pretrain_gpt.py of the patched core_v0.19.0 tree, two CPU processes over gloo. Needs a Megatron-LM
+pretrain_gpt.py of the default release's patched tree, two CPU processes over gloo. Needs a Megatron-LM
 mirror (ROCMPATCH_TEST_UPSTREAM), like the series' other full-tree training tests."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from rocmpatch.recipes.catalog import cpu_sizes, find, names, to_argv
-from tests.series.core_v0_19_0.test_families import DEEPSEEK_BASE
-from tests.series.core_v0_19_0.test_training import assert_learns, pretrain_gpt, tree019  # noqa: F401,F811 (a fixture)
+from rocmpatch.releases import choose
+from tests.series import harness
+from tests.series.flags import DEEPSEEK_BASE
 
 pytestmark = pytest.mark.upstream
 
@@ -26,8 +27,16 @@ SCALED_AWAY = (
 ITERS = 6
 
 
+@pytest.fixture(scope="module")
+def training_tree(upstream_mirror, tmp_path_factory):
+    """The default release's (where the recipes are) whole pinned tree of the mirror, patched."""
+    harness.needs_training_tools()
+    release = harness.Release(choose(harness.ROOT / "patchsets", None).release)
+    return harness.Trees(tmp_path_factory).full(release, upstream_mirror)
+
+
 @pytest.mark.parametrize("name", names())
-def test_scaled_down_recipe_trains(name, tree019):  # noqa: F811 (the fixture imported above)
+def test_scaled_down_recipe_trains(name, training_tree):
     recipe = find(name)
     layout = recipe.layouts[0]
     kept = {flag: value for flag, value in recipe.merged_args(layout).items() if flag not in SCALED_AWAY}
@@ -35,30 +44,28 @@ def test_scaled_down_recipe_trains(name, tree019):  # noqa: F811 (the fixture im
     if "--expert-model-parallel-size" in recipe.merged_args(layout):
         kept["--expert-model-parallel-size"] = 2  # the recipe's expert parallelism, over the two processes
     if kept.get("--multi-latent-attention"):  # MLA has no key-value groups
-        losses, _ = pretrain_gpt(tree019, *to_argv(kept), iters=ITERS, base=DEEPSEEK_BASE)
+        run = harness.trains_on_cpu(training_tree, *to_argv(kept), iters=ITERS, base=DEEPSEEK_BASE)
     else:
-        losses, _ = pretrain_gpt(tree019, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
-    assert_learns(losses, ITERS)
+        run = harness.trains_on_cpu(training_tree, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
+    harness.assert_learns(run.losses, ITERS)
 
 
-def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(tree019, tmp_path):  # noqa: F811
+def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(training_tree, tmp_path):
     """`recipe launch --device cpu` itself (no dry run): trains the scaled-down recipe over gloo, saves,
     then resumes from the same --save directory with a larger --train-iters."""
     import os
-    import subprocess
     import sys
 
-    from tests.series.core_v0_19_0.test_training import ITERATION, child_env
-
     def launch(iters: int) -> dict[int, float]:
-        command = [sys.executable, "-m", "rocmpatch", "recipe", "launch", "llama3-8b", "-t", str(tree019), "--device", "cpu",
+        command = [sys.executable, "-m", "rocmpatch", "recipe", "launch", "llama3-8b", "-t", str(training_tree), "--device", "cpu",
                    "--mock-data", "--save", str(tmp_path / "ckpt"), "--", "--train-iters", str(iters), "--eval-iters", "1",
                    "--vocab-size", "512"]  # not Llama 3's 128256: the embedding would be most of the CPU time
-        env = {**child_env(), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
+        env = harness.clean_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
+                                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+        proc = harness.run_process(command, cwd=tmp_path, env=env, timeout=900)
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0, output[-6000:]
-        return {int(m[1]): float(m[2]) for m in ITERATION.finditer(output)}
+        return {i: float(fields["lm loss"]) for i, fields in harness.log_fields(output).items() if "lm loss" in fields}
 
     assert sorted(launch(3)) == [1, 2, 3]
     assert sorted(launch(5)) == [4, 5]  # resumed at 3, went on to the new end

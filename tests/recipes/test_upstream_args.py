@@ -1,5 +1,5 @@
-"""Every recipe's arguments against upstream's own parser and validate_args, in the core_v0.19.0
-tree built from the wheel bytes with the series applied in memory (tests/series/core_v0_19_0/harness.py).
+"""Every recipe's arguments against upstream's own parser and validate_args, in the default release's
+tree built from the wheel bytes with the series applied in memory (tests/series/harness.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rocmpatch.recipes.catalog import find, names, to_argv
-from tests.series.core_v0_19_0 import harness
+from rocmpatch.releases import choose
+from tests.series import harness
 
 CHECK = """
 import json, os, sys
@@ -27,7 +28,8 @@ print("validated", args.world_size, args.tensor_model_parallel_size)
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory) -> Path:
-    return harness.wheel_tree(tmp_path_factory.mktemp("core_v0.19.0"), harness.series_through())
+    release = harness.Release(choose(harness.ROOT / "patchsets", None).release)  # where the recipes are
+    return harness.Trees(tmp_path_factory).wheel(release)
 
 
 @pytest.mark.parametrize("name", names())

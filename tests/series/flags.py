@@ -66,3 +66,20 @@ MIXTRAL = [
     "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2", "--moe-router-dtype", "fp32",
     *EXPERT_PARALLEL_2,
 ]
+
+# A tiny GPT of the legacy megatron/model (the releases that declare legacy-model) on --mock-data:
+# NullTokenizer needs no vocabulary file; --distributed-backend gloo asks for the CPU run. Dropout is
+# Megatron's default 0.1.
+TINY_GPT = [
+    "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+    "--seq-length", "64", "--max-position-embeddings", "64",
+    "--micro-batch-size", "4", "--global-batch-size", "4",
+    "--train-iters", "10", "--lr", "1e-3", "--min-lr", "1e-4", "--lr-decay-style", "cosine",
+    "--lr-warmup-iters", "2", "--weight-decay", "0.01", "--clip-grad", "1.0",
+    "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128",
+    "--distributed-backend", "gloo", "--no-gradient-accumulation-fusion",
+    "--log-interval", "1", "--eval-interval", "1000", "--eval-iters", "1", "--split", "949,50,1",
+]
+# Llama-style flags of the legacy model (query groups, SwiGLU, RMSNorm, RoPE).
+LEGACY_LLAMA = ["--group-query-attention", "--num-query-groups", "2", "--swiglu", "--normalization", "RMSNorm",
+                "--position-embedding-type", "rope", "--untie-embeddings-and-output-weights", "--disable-bias-linear"]

@@ -3,7 +3,10 @@ folder's series.yaml and release.yaml, and its upstream.lock entry; nothing here
 
 - Releases: `releases_with(*features)` parametrises a test over the releases whose release.yaml
   declares every one of `features` (the fixture `release` of tests/series/conftest.py takes the
-  value); `release_of(__file__)` is the release of a tests/series/<release>/ folder (its own tests).
+  value); `release_of(__file__)` is the release of a tests/series/<release>/ folder (its own tests),
+  whose conftest.py gives it to the folder's tests with `own_release`. Which of them a session runs:
+  `not_run_here` (ROCMPATCH_TEST_RELEASES; without it, CI's choice: the default release fully, the
+  other releases' tests marked every_release).
 - Trees (`Trees`, one per session, each tree built once and kept on disk): `wheel` is megatron/
   of the pin from the release's test wheel (tests/megatron_wheel.py; without a wheel, the same
   directories read from the mirror, or a skip naming release.yaml's reason), `full` is the whole
@@ -47,6 +50,7 @@ from tests.series.trees import apply_series, read_from_mapping, write_files
 
 ROOT = Path(__file__).resolve().parents[2]
 MIRROR_VARIABLE = "ROCMPATCH_TEST_UPSTREAM"
+RELEASES_VARIABLE = "ROCMPATCH_TEST_RELEASES"  # the releases a session tests fully (not_run_here)
 
 # Refused in every child. Not stdlib or torch: only what NVIDIA ships or builds for CUDA.
 NVIDIA_ONLY = (
@@ -54,9 +58,10 @@ NVIDIA_ONLY = (
     "flash_attn", "flash_attn_2_cuda", "flash_attn_3", "flash_attn_interface", "flashattn_hopper",
     "triton", "grouped_gemm", "fused_weight_gradient_mlp_cuda", "fused_layer_norm_cuda",
 )
-# Megatron's own softmax extensions (megatron/fused_kernels): refused too, unless a check puts
-# stand-ins for them on the path (run_checks(own_kernels=True)).
-OWN_KERNELS = ("scaled_masked_softmax_cuda", "scaled_upper_triang_masked_softmax_cuda", "scaled_softmax_cuda")
+# Not Megatron's own softmax extensions (scaled_*_softmax_cuda, built from megatron/fused_kernels
+# with nvcc): a series may look them up with importlib.util.find_spec, which a refusal would break
+# (it raises where an absent module gives None), and core_v0.5.0's checks put stand-ins for them
+# on the path.
 
 
 # ---------------------------------------------------------------- releases
@@ -139,6 +144,60 @@ def releases_with(*features: str) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("release", [pytest.param(r, id=r.name) for r in chosen], indirect=True)
 
 
+@functools.cache
+def default_release() -> str:
+    """The release rocmpatch takes without --release (patchsets/<release>/release.yaml says so)."""
+    from rocmpatch.releases import choose
+
+    return choose(ROOT / "patchsets", None).release
+
+
+@functools.cache
+def named_releases() -> frozenset[str] | None:
+    """The releases ROCMPATCH_TEST_RELEASES names (comma-separated, or `all`); None where it is unset."""
+    value = os.environ.get(RELEASES_VARIABLE, "").strip()
+    if not value:
+        return None
+    known = [r.name for r in releases()]
+    names = known if value == "all" else [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise pytest.UsageError(f"{RELEASES_VARIABLE}={value}: patchsets/ has no release {', '.join(unknown)} "
+                                f"(it has {', '.join(known)}; or give all)")
+    return frozenset(names)
+
+
+def not_run_here(release: str, *, generic: bool, every_release: bool) -> str | None:
+    """Why a series test of `release` is not run in this session, or None where it is. Unset
+    ROCMPATCH_TEST_RELEASES (CI): the default release fully, the other releases' own folders, and
+    their generic tests marked every_release (the cheap ones); set: those releases fully, no other."""
+    named = named_releases()
+    if named is not None:
+        return None if release in named else f"{release}: not in {RELEASES_VARIABLE}={os.environ[RELEASES_VARIABLE]}"
+    if not generic or every_release or release == default_release():
+        return None
+    return (f"{release}: runs where {RELEASES_VARIABLE} names the release (.github/workflows/series.yml, one job "
+            f"per release); without it, only the default release ({default_release()}) runs every series test and "
+            "the others the cheap ones (marked every_release)")
+
+
+def needs_features(release: Release, *features: str) -> None:
+    """Skip a test that needs more of `features` than releases_with() asked for, where one is not declared."""
+    missing = [f for f in features if f not in release.features]
+    if missing:
+        pytest.skip(f"{release.info.path} does not declare {', '.join(missing)}")
+
+
+def own_release(metafunc, conftest_file: str) -> None:
+    """pytest_generate_tests of a tests/series/<release>/conftest.py: its tests that take the fixture
+    `release` get that folder's release. A parameter, not a fixture overriding `release`: pytest
+    keeps a session fixture built from an override (patched_wheel, ...) for the generic tests'
+    releases too, where a parameter tears it down when the release changes."""
+    if "release" in metafunc.fixturenames:
+        release = release_of(conftest_file)
+        metafunc.parametrize("release", [pytest.param(release, id=release.name)], indirect=True)
+
+
 def release_of(test_file: str) -> Release:
     """The release of tests/series/<module>/ holding `test_file` (a release's own tests)."""
     folder = Path(test_file).resolve().parent.name
@@ -162,20 +221,21 @@ def wheel_files(release: Release) -> dict[str, bytes]:
     if release.info.wheel is not None:
         from tests.megatron_wheel import megatron_core_files
 
-        return megatron_core_files(release.name)
+        files = megatron_core_files(release.name)
+        if mirror() is not None and not any(path.startswith("megatron/training/") for path in files):
+            # a core-only wheel: megatron/training of the pin from the mirror, for the checks that import it
+            files = {**files, **{path: data for path, data in _mirror_megatron(release.name, str(mirror())).items()
+                                 if path.startswith("megatron/training/")}}
+        return files
     reason = release.info.no_wheel or f"{release.info.path} names no test wheel"
     if mirror() is None:
         pytest.skip(f"{release}: no test wheel ({reason}); set {MIRROR_VARIABLE} to read its tree from a mirror")
-    return _mirror_megatron(release.name, release.pin, str(mirror()))
+    return _mirror_megatron(release.name, str(mirror()))
 
 
 @functools.cache
-def _mirror_megatron(release: str, pin: str, mirror_path: str) -> dict[str, bytes]:
-    from rocmpatch import gitcmd
-    from rocmpatch.trees import SeriesApplier
-
-    repo = gitcmd.open_repo(Path(mirror_path))
-    applier = SeriesApplier(repo, gitcmd.tree_of(repo, pin))  # nothing applied: a reader of the pin
+def _mirror_megatron(release: str, mirror_path: str) -> dict[str, bytes]:
+    applier = series_applier(Release(release), Path(mirror_path), ())  # nothing applied: a reader of the pin
     return {path: applier.read(path) for path in applier.reader.entries
             if path.startswith(("megatron/core/", "megatron/training/")) and not path.endswith(".so")}
 
@@ -197,9 +257,9 @@ def wheel_tree(release: Release, dest: Path, patches: tuple[LoadedPatch, ...]) -
     return write_files(dest, {**files, **apply_series(parts, read_from_mapping(files))})
 
 
-def full_tree(release: Release, mirror_path: Path, dest: Path, patches: tuple[LoadedPatch, ...]) -> Path:
-    """The whole pinned tree of the mirror with `patches` applied as `rocmpatch apply` applies them
-    (trees.SeriesApplier, which writes nothing into the mirror), on disk with executable bits."""
+def series_applier(release: Release, mirror_path: Path, patches: tuple[LoadedPatch, ...]):
+    """The pinned tree of the mirror in memory with `patches` applied as `rocmpatch apply` applies
+    them (trees.SeriesApplier, which writes nothing into the mirror)."""
     from rocmpatch import gitcmd
     from rocmpatch.trees import SeriesApplier
 
@@ -207,6 +267,12 @@ def full_tree(release: Release, mirror_path: Path, dest: Path, patches: tuple[Lo
     applier = SeriesApplier(repo, gitcmd.tree_of(repo, release.pin))
     for patch in patches:
         applier.apply(patch)
+    return applier
+
+
+def full_tree(release: Release, mirror_path: Path, dest: Path, patches: tuple[LoadedPatch, ...]) -> Path:
+    """series_applier's tree on disk, regular files with their executable bits."""
+    applier = series_applier(release, mirror_path, patches)
     entries = applier.reader.entries
     files = {path: applier.read(path) for path in {**entries, **applier.changes}}
     modes = {path: entry.mode for path, entry in entries.items()} | applier.modes
@@ -228,6 +294,16 @@ class Trees:
         key = self._key(release, "wheel", patches)
         if key not in self.built:
             self.built[key] = wheel_tree(release, self.factory.mktemp(f"{release.module}-wheel"), patches)
+        return self.built[key]
+
+    def without(self, release: Release, name: str, tree: Path) -> Path:
+        """A copy of `tree` (patched by the whole series) with patch `name` reversed: the series
+        less that patch, where later patches build on its lines."""
+        from tests.smoke.trees import without_patch
+
+        key = (release.name, "without", str(tree), name)
+        if key not in self.built:
+            self.built[key] = without_patch(tree, release.series_dir, name, self.factory.mktemp(f"{release.module}-without") / "tree")
         return self.built[key]
 
     def full(self, release: Release, mirror_path: Path, patches: tuple[LoadedPatch, ...] | None = None) -> Path:
@@ -280,13 +356,12 @@ def free_port() -> str:
 
 
 def run_checks(module: str, groups: str, tree: Path, workdir: Path, *, timeout: int = 600,
-               env: dict[str, str] | None = None, own_kernels: bool = False) -> dict:
+               env: dict[str, str] | None = None) -> dict:
     """Run tests.series.MODULE.run(groups) against `tree` in a fresh process (tests/series/child.py),
-    refusing NVIDIA_ONLY (and OWN_KERNELS unless `own_kernels`): its JSON dict."""
+    refusing NVIDIA_ONLY: its JSON dict."""
     from tests.series.child import run_checks as run_child
 
-    block = NVIDIA_ONLY if own_kernels else NVIDIA_ONLY + OWN_KERNELS
-    return run_child(module, groups, tree, workdir, timeout, env=env, block=block)
+    return run_child(module, groups, tree, workdir, timeout, env=env, block=NVIDIA_ONLY)
 
 
 def run_ranks(module: str, groups: str, tree: Path, workdirs: list[Path], *, timeout: int = 600,
@@ -395,3 +470,26 @@ def recorded_run(tree: Path, workdir: Path, args: list[str], iters: int) -> dict
     record = json.loads(Path(f"{out}.0").read_text())
     record["sdpa"] = [(json.loads(signature), count) for signature, count in record["sdpa"].items()]
     return record
+
+
+def trains_on_cpu(tree: Path, *extra: str, iters: int = 8, base: list[str] | None = None, **options) -> Training:
+    """trains() of `base` (the tiny Llama by default) for `iters` iterations plus `extra`, on two
+    processes over gloo: the CPU line said once."""
+    from tests.series.flags import TINY_LLAMA
+
+    run = trains(tree, [*(TINY_LLAMA if base is None else base), "--train-iters", str(iters), *extra], **options)
+    assert run.output.count(CPU_LINE) == 1, run.tail()
+    return run
+
+
+def smoke_json(release: Release, target: Path, *extra: str) -> tuple[int, dict]:
+    """`rocmpatch smoke --target TARGET --device cpu --json --release RELEASE EXTRA`, in process:
+    its exit code and JSON report."""
+    from click.testing import CliRunner
+
+    from rocmpatch.cli import app
+
+    result = CliRunner().invoke(app, ["smoke", "--target", str(target), "--device", "cpu", "--json",
+                                      "--release", release.name, *extra])
+    start = result.stdout.index("{")  # progress lines go to stderr; stdout is the JSON document
+    return result.exit_code, json.loads(result.stdout[start:])

@@ -222,3 +222,12 @@ def test_fp8_trains_with_tensor_parallel_2_and_sequence_parallel(training_tree, 
                           processes=2)
     harness.assert_learns(run.losses, 4, by=0.0)
     assert record["scaled_mm"][f"{E4M3} x {E4M3}"] == 4 * 8 * 4 + 1, record["scaled_mm"]
+
+
+def test_smoke_fp8_gemm_case_names_the_formats(smoke_wheel_report):
+    """smoke's ops stage runs --fp8-format hybrid --fp8-recipe tensorwise's GEMMs on torch._scaled_mm,
+    naming the formats (OCP on the CPU)."""
+    _, report = smoke_wheel_report
+    ops = {s["name"]: s for s in report["stages"]}["ops"]
+    (fp8,) = [c for c in ops["cases"] if c["check"] == "FP8 GEMM (tensorwise, hybrid)"]
+    assert fp8["status"] == "passed" and fp8["detail"].startswith("worst: OCP (cpu) [64 x 64 -> 32] "), fp8

@@ -13,7 +13,7 @@ import pytest
 from tests.series import harness
 
 pytest.importorskip("torch")
-pytestmark = harness.releases_with("fused-adamw")
+pytestmark = [harness.releases_with("fused-adamw"), pytest.mark.every_release]  # one child per release: cheap
 
 
 @pytest.mark.upstream

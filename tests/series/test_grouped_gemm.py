@@ -75,6 +75,18 @@ def test_local_spec_builds_grouped_experts_only_with_the_flag(grouped_results):
     assert grouped_results["layer"] == {"True": "TorchGroupedMLP", "False": "SequentialMLP"}
 
 
+def test_smoke_grouped_gemm_cases_name_the_kernel(smoke_wheel_report):
+    """smoke's ops stage runs --moe-grouped-gemm's expert GEMMs at the MoE recipes' shapes (scaled
+    down on the CPU), each naming the kernel that ran: torch's grouped GEMM has fp32 and bf16 kernels
+    on the CPU."""
+    _, report = smoke_wheel_report
+    ops = {s["name"]: s for s in report["stages"]}["ops"]
+    grouped = [c for c in ops["cases"] if c["check"].startswith("grouped GEMM ")]
+    assert {c["check"] for c in grouped} == {f"grouped GEMM {r} experts" for r in
+                                             ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite")}, ops["cases"]
+    assert all(c["status"] == "passed" and "torch.nn.functional.grouped_mm" in c["detail"] for c in grouped), grouped
+
+
 def te_grouped_keys(prefix: str, experts: int, bias: bool) -> list[str]:
     """The keys upstream's TEGroupedLinear._sharded_state_dict_grouped gives a linear (read from
     megatron/core/extensions/transformer_engine.py): weight{i}, _extra_state ('' for expert 0, then

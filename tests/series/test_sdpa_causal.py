@@ -18,7 +18,7 @@ import pytest
 from tests.series import harness
 
 pytest.importorskip("torch")
-pytestmark = harness.releases_with("sdpa-causal")
+pytestmark = [harness.releases_with("sdpa-causal"), pytest.mark.every_release]  # one child per release: cheap
 
 PATCH = "sdpa-attention"
 GROUPS = "compare,calls,scale_reference,dropout,selection"

@@ -245,3 +245,12 @@ def test_hf_weights_to_pretrain_gpt_finetune_and_back(patched_wheel, training_tr
     trained = result["trained"]
     assert 0 < max(trained.values()) <= 1.7e-3 and min(trained.values()) > 0, trained
     assert result["export_diff"] == 0.0
+
+
+def test_smoke_te_spec_cases_pass_in_each_dtype(smoke_wheel_report):
+    """smoke's ops stage builds a layer of the TE spec without TE: TE's names, the local spec's numbers
+    (fp32, bf16, fp16)."""
+    _, report = smoke_wheel_report
+    ops = {s["name"]: s for s in report["stages"]}["ops"]
+    te_spec = [c for c in ops["cases"] if c["check"] == "TE layer spec without TE"]
+    assert len(te_spec) == 3 and all(c["status"] == "passed" for c in te_spec), te_spec

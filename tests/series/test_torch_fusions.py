@@ -19,7 +19,7 @@ from tests.series import harness
 from tests.series.flags import FP32_LLAMA
 
 pytest.importorskip("torch")
-pytestmark = harness.releases_with("torch-fusions")
+pytestmark = [harness.releases_with("torch-fusions"), pytest.mark.every_release]  # one child per release: cheap
 
 FP32_ABS = 1e-5
 

@@ -1,6 +1,7 @@
 """smoke's attention-kernel check (op_checks.core-attention-kernels): the shapes it forces onto the flash
 and memory-efficient kernels are every recipe's, and a fall to the math path fails with PyTorch's reason
-and the variable to set. The check itself runs in tests/series/core_v0_19_0/test_smoke_ops.py (CPU)."""
+and the variable to set. The check itself runs in tests/series/test_smoke.py (CPU, for every release
+whose smoke profile lists it)."""
 
 from __future__ import annotations
 

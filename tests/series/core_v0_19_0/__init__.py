@@ -1,3 +1,2 @@
-"""Tests of the core_v0.19.0 series (patchsets/core_v0.19.0): harness.py builds the trees and runs
-Megatron code in child processes; test_compat*.py (COMPAT), test_attention*.py (ATTENTION) and
-test_training*.py (CPU) hold the assertions."""
+"""core_v0.19.0's own tests: what only this release has (its smoke profile's deepseek run). Every
+generic test (tests/series/test_<feature>.py) runs for it by its release.yaml's features."""

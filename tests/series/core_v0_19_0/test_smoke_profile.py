@@ -1,13 +1,13 @@
-"""This release's smoke profile (release.yaml `smoke:`): the runs smoke trains on its tree."""
+"""This release's smoke profile (release.yaml `smoke:`): the runs smoke trains on its tree (what only
+this release's profile has; every release's smoke runs are tests/series/test_smoke.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rocmpatch.smoke import train
 from rocmpatch.smoke.profile import load_profile
+from tests.series.harness import release_of
 
-PATCHSETS = Path(__file__).resolve().parents[3] / "patchsets" / "core_v0.19.0"
+PATCHSETS = release_of(__file__).series_dir
 
 
 def test_smoke_trains_a_deepseek_shape_over_expert_parallel_workers():

@@ -1,12 +1,8 @@
-"""The series tests' trees (tests/series/trees.py), built once per session."""
+"""This folder's tests are core_v0.5.0's own: they take the fixture `release` as its release, so the
+shared fixtures of tests/series/conftest.py (patched_wheel, patched_full, ...) build its trees."""
 
-import pytest
-
-from tests.megatron_wheel import megatron_core_files
-from tests.series.core_v0_5_0.trees import RELEASE, patched_core, patched_full, pristine_core, pristine_full  # noqa: F401 (fixtures)
+from tests.series.harness import own_release
 
 
-@pytest.fixture(scope="session")
-def wheel_core_files() -> dict[str, bytes]:
-    """megatron/core/** of the pin, from the release's test wheel (release.yaml `wheel:`)."""
-    return megatron_core_files(RELEASE)
+def pytest_generate_tests(metafunc):
+    own_release(metafunc, __file__)

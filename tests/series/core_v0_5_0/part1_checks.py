@@ -18,13 +18,13 @@ import traceback
 import types
 import warnings
 
-from pathlib import Path
 
 from rocmpatch.smoke.profile import load_profile
+from tests.series.harness import release_of
 
 # The training path, as `rocmpatch smoke` imports it (this release's smoke profile), and the
 # megatron-core GPT model.
-_PROFILE = load_profile(Path(__file__).resolve().parents[3] / "patchsets" / "core_v0.5.0")
+_PROFILE = load_profile(release_of(__file__).series_dir)
 FULL_TREE_MODULES = [*_PROFILE.full_imports, "megatron.core.models.gpt"]
 
 

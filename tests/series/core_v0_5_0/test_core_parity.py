@@ -1,11 +1,11 @@
 """The series' megatron/core/ hunks, applied to the real upstream bytes from the megatron-core
-0.5.0 wheel, exercised on CPU with apex, amp_C, Transformer Engine and flash-attn blocked."""
+0.5.0 wheel (the fixture patched_wheel), exercised on CPU with the NVIDIA-only packages refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.series.child import run_checks
+from tests.series.harness import run_checks
 
 pytest.importorskip("torch")  # the checks run PyTorch in a child: without it they cannot say anything
 
@@ -17,8 +17,8 @@ DTYPES = list(TOLERANCE)
 
 
 @pytest.fixture(scope="module")
-def core_results(patched_core, tmp_path_factory):
-    return run_checks("core_v0_5_0.part1_checks", "core", patched_core, tmp_path_factory.mktemp("core"))
+def core_results(patched_wheel, tmp_path_factory):
+    return run_checks("core_v0_5_0.part1_checks", "core", patched_wheel, tmp_path_factory.mktemp("core"))
 
 
 def check_case(case: dict, dtype: str) -> None:
@@ -47,8 +47,8 @@ def test_batch_per_block_follows_the_kernel_formula(core_results):
     assert core_results["softmax"]["get_batch_per_block"] == [16, 8, 8, 8, 4, 4]
 
 
-def test_compiled_extensions_are_used_when_present(patched_core, tmp_path):
-    results = run_checks("core_v0_5_0.part1_checks", "core-kernels", patched_core, tmp_path)
+def test_compiled_extensions_are_used_when_present(patched_wheel, tmp_path):
+    results = run_checks("core_v0_5_0.part1_checks", "core-kernels", patched_wheel, tmp_path)
     for name in ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda", "scaled_softmax_cuda"):
         assert results[name] == {"calls": ["forward", "backward"], "forward_from_kernel": True, "backward_from_kernel": True}
     assert results["get_batch_per_block"] == 7

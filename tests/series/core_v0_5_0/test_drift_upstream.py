@@ -1,4 +1,6 @@
-"""drift and rebase of the real series against a real Megatron-LM mirror (ROCMPATCH_TEST_UPSTREAM)."""
+"""drift and rebase of core_v0.5.0's series against a real Megatron-LM mirror (ROCMPATCH_TEST_UPSTREAM):
+to main (thousands of commits later) and onto the next tag. (Every release's rebase --report onto
+main: tests/series/test_rebase_upstream.py.)"""
 
 from __future__ import annotations
 
@@ -8,18 +10,16 @@ import pytest
 
 from rocmpatch import gitcmd, series, store
 from rocmpatch.operations import drift, rebase
-from rocmpatch.schema import SERIES_FILE
 from tests.fixtures import location_of
+from tests.series.harness import release_of
 
 pytestmark = pytest.mark.upstream
 
-PATCHSETS = series.PACKAGE_DIR.parent / "patchsets" / "core_v0.5.0"
+PATCHSETS = release_of(__file__).series_dir
 
 
 @pytest.fixture(scope="module")
 def real_series():
-    if not (PATCHSETS / SERIES_FILE).is_file():
-        pytest.skip("the real series (patchsets/core_v0.5.0/) is not in this checkout")
     return series.load(location_of(PATCHSETS))
 
 
@@ -51,31 +51,3 @@ def test_rebase_onto_core_v0_6_0_finishes_or_stops_and_aborts_cleanly(real_serie
         assert sorted(p.name for p in project.iterdir()) == ["patchsets", "upstream.lock"]
     else:
         assert len(outcomes) == len(items)
-
-
-def test_report_and_rebase_agree_and_continue_refuses_the_untouched_stop(upstream_mirror, tmp_path):
-    """core_v0.19.0 onto core_v0.18.2: the report's first conflict is where the rebase stops, with the
-    same files and kinds; `--continue` with nothing resolved is refused (a file upstream deleted
-    carries no marker)."""
-    from rocmpatch.errors import InvalidInput
-    from rocmpatch.operations import rebase_report
-
-    source = PATCHSETS.parent / "core_v0.19.0"
-    if not (source / SERIES_FILE).is_file():
-        pytest.skip("patchsets/core_v0.19.0/ is not in this checkout")
-    project = tmp_path / "project"
-    shutil.copytree(source, project / "patchsets" / source.name)
-    shutil.copy(location_of(source).lock_path, project / "upstream.lock")
-    loaded = series.load(location_of(project / "patchsets" / source.name))
-    pin, items = loaded.locked().upstream.commit, list(loaded.patches)
-    repo, commits = store.history_repo(str(upstream_mirror), [pin, "core_v0.18.2"])
-    found = rebase_report.report(repo, source.name, pin, commits["core_v0.18.2"], "core_v0.18.2", items)
-    assert sum(found.totals.values()) == len(items) and found.totals["conflict"]
-    first = next(p for p in found.patches if p.result == rebase_report.CONFLICT)
-    stopped = rebase.start(project, source.name, repo, pin, commits["core_v0.18.2"], "core_v0.18.2", items)
-    assert isinstance(stopped, rebase.Stopped) and stopped.patch == first.name
-    assert [(c.path, c.kind) for c in stopped.conflicts] == [(c.path, c.kind) for c in first.conflicts]
-    with pytest.raises(InvalidInput, match="is not resolved"):
-        rebase.resume(project, source.name, items)
-    rebase.abort(project, source.name)
-    assert sorted(p.name for p in project.iterdir()) == ["patchsets", "upstream.lock"]

@@ -10,13 +10,15 @@ import sys
 import pytest
 
 from rocmpatch import gitcmd
-from tests.series.child import run_checks
 from tests.series.core_v0_5_0.part1_checks import FULL_TREE_MODULES
-from tests.series.core_v0_5_0.trees import PATCHSETS, full_series_applier, pin_commit
+from tests.series.harness import release_of, run_checks, series_applier
+
+RELEASE = release_of(__file__)
+PATCHSETS = RELEASE.series_dir
 
 
 def test_series_applies_exactly_to_the_pin(upstream_mirror):
-    changes = full_series_applier(upstream_mirror).changes
+    changes = series_applier(RELEASE, upstream_mirror, RELEASE.series).changes
     assert "megatron/core/fusions/fused_softmax.py" in changes
     assert all(data is not None for data in changes.values()), "the series deletes no file"
 
@@ -38,7 +40,7 @@ def test_part1_patch_files_are_format_patch_output(upstream_mirror, tmp_path, mo
     monkeypatch.setenv("HOME", str(tmp_path))  # no user or system git config changes the output
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     files = sorted(p for p in PATCHSETS.glob("00[0-9][0-9]-*.patch") if p.name[:4] != "0000")
-    pin = pin_commit()
+    pin = RELEASE.pin
     repo = gitcmd.init_repo(tmp_path / "repo")
     gitcmd.fetch_commit(repo, f"file://{upstream_mirror}", pin)
     gitcmd.run(repo, "checkout", "-q", pin)

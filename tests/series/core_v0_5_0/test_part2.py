@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.child import run_checks
+from tests.series.harness import run_checks
 
 pytest.importorskip("torch")
 
 # group: (the tree fixture it runs on, its checks)
 GROUPS = {
-    "core": ("patched_core", (
+    "core": ("patched_wheel", (
         "layer_norm",
         "rms_norm",
         "grad_accumulation_fallback",
@@ -41,7 +41,7 @@ GROUPS = {
         "legacy_group_query_attention",
         "distributed_optimizer_step_round_trip",
     )),
-    "training_core": ("patched_core", ("ddp_grad_buffer_on_cpu", "timers_on_cpu")),
+    "training_core": ("patched_wheel", ("ddp_grad_buffer_on_cpu", "timers_on_cpu")),
     "training": ("patched_full", (
         "megatron_optimizer_steps", "apex_fused_adam_checkpoint_resumes", "clip_grad_norm_matches_torch",
     )),
@@ -54,8 +54,9 @@ def part2_results() -> dict[str, dict]:
 
 
 @pytest.fixture
-def group_results(group, request, part2_results, tmp_path_factory) -> dict[str, dict]:
-    """{check: {"ok", "detail"}} of `group`, run on its tree on first use."""
+def group_results(group, release, request, part2_results, tmp_path_factory) -> dict[str, dict]:
+    """{check: {"ok", "detail"}} of `group`, run on its tree on first use (`release` asked for by
+    name: the tree fixtures below are looked up by name, so the release parameter must be known)."""
     if group not in part2_results:
         tree = request.getfixturevalue(GROUPS[group][0])
         part2_results[group] = run_checks("core_v0_5_0.part2_checks", group, tree, tmp_path_factory.mktemp(f"part2-{group}"))

@@ -6,12 +6,14 @@ from __future__ import annotations
 from rocmpatch.smoke import blame, op_checks, train
 from rocmpatch.smoke.profile import load_profile
 from tests.fixtures import location_of
-from tests.series.core_v0_5_0.trees import PATCHSETS, RELEASE
+from tests.series.harness import release_of
+
+PATCHSETS = release_of(__file__).series_dir
 
 
 def test_profile_is_what_smoke_did_before_profiles():
     profile = load_profile(PATCHSETS)
-    assert profile.release == RELEASE
+    assert profile.release == PATCHSETS.name
     assert profile.core_imports[0] == "megatron.core" and "megatron.core.datasets.gpt_dataset" in profile.core_imports
     assert {"megatron.arguments", "megatron.model.transformer", "pretrain_gpt", "pretrain_t5"} <= set(profile.full_imports)
     names = [check.name for check in op_checks.checks(profile.ops)]

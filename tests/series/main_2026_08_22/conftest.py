@@ -1,10 +1,8 @@
-"""The release of this folder's tests (tests/series/conftest.py's `release` fixture)."""
+"""This folder's tests are main-2026-08-22's own: they take the fixture `release` as its release, so
+the shared fixtures of tests/series/conftest.py (patched_wheel, patched_full, ...) build its trees."""
 
-import pytest
-
-from tests.series import harness
+from tests.series.harness import own_release
 
 
-@pytest.fixture(scope="session")
-def release() -> harness.Release:
-    return harness.release_of(__file__)
+def pytest_generate_tests(metafunc):
+    own_release(metafunc, __file__)

@@ -145,7 +145,9 @@ def layer_case(rank: int, rope_fusion: bool) -> dict:
         rope_utils.fused_apply_rotary_pos_emb = real_fused
     for grad in grads.values():
         torch.distributed.all_reduce(grad, group=cp_group)
-    ref_out, ref_x_grad, ref_grads = step(x, weight, rope(SEQ, cp_group=alone), None)
+    # the whole sequence's RoPE: one made with a one-rank group (trees before forward(cp_group=) take it only here)
+    whole_rope = RotaryEmbedding(HEAD_DIM, rotary_percent=1.0, rotary_base=10000, cp_group=alone)
+    ref_out, ref_x_grad, ref_grads = step(x, weight, whole_rope(SEQ), None)
     return {
         "cp_used": core_attention.cp_comm_type,
         "fused_rope_freqs": fused_calls,

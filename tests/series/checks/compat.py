@@ -1,7 +1,8 @@
-"""Child side of test_compat.py: the COMPAT patches of core_v0.19.0, checked in one process.
+"""Child side of the compatibility features' tests (triton-optional, te-fallback, fusion-fallback,
+help-fixed, vision-local, model-parallel, distopt-resume, cpu-training), checked in one process.
 
 Runs in the child of tests/series/child.py (NVIDIA-only modules refused, the tree first on sys.path), CPU only, and
-returns plain values; the assertions live in test_compat.py. Groups (comma-separated, one process):
+returns plain values; the assertions live in tests/series/test_<feature>.py. Groups (comma-separated, one process):
 - imports: which of megatron.core / megatron.training / ... import, and the error of those that do
   not; on a tree that still imports triton unguarded, that one kernel module is stubbed afterwards
   so the next failure (typing.override) shows as well;
@@ -57,21 +58,52 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def import_checked_modules() -> tuple[str, ...]:
+    """The modules check_imports imports: the packages, and the training models the tree has (the
+    ones that import typing.override: models/gpt.py and models/hybrid.py, or only hybrid.py)."""
+    tree = sys.path[0]  # the child put the tree first
+    models = tuple(f"megatron.training.models.{name}" for name in ("gpt", "hybrid")
+                   if os.path.isfile(os.path.join(tree, "megatron", "training", "models", f"{name}.py")))
+    return ("megatron.core", "megatron.training", *models, "megatron.training.arguments",
+            "megatron.core.models.gpt.gpt_layer_specs")
+
+
+def stand_in_for_triton() -> None:
+    """A triton whose decorators return the function and whose names are placeholders: enough for a
+    module that defines triton kernels at import (the tree's paged stash, where its kernels are not
+    in a module of their own) to import, so that the next failure shows."""
+    class Placeholder:
+        def __getattr__(self, name):
+            return Placeholder()
+
+        def __call__(self, *args, **kwargs):
+            return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else Placeholder()
+
+    for name in ("triton", "triton.language"):
+        module = types.ModuleType(name)
+        module.__getattr__ = lambda attribute: Placeholder()
+        sys.modules[name] = module
+    sys.modules["triton"].language = sys.modules["triton.language"]
+    sys.modules["triton"].__version__ = "3.0.0"  # read by version checks at import
+
+
 def check_imports() -> dict:
     import importlib
 
     result = {"python": list(sys.version_info[:2]), "stubbed_paged_stash": False}
-    for name in ("megatron.core", "megatron.training", "megatron.training.models.gpt",
-                 "megatron.training.arguments", "megatron.core.models.gpt.gpt_layer_specs"):
+    for name in import_checked_modules():
         try:
             importlib.import_module(name)
             result[name] = None
         except Exception as exc:  # noqa: BLE001 - the error is the result
             result[name] = error_text(exc)
-            if "triton" in str(exc) and PAGED_STASH_OPS not in sys.modules:
-                stub = types.ModuleType(PAGED_STASH_OPS)
-                stub.GLOBAL_BLOCK_SIZE, stub.paged_stash_copy_kernel, stub.paged_stash_pop_kernel = 1024, None, None
-                sys.modules[PAGED_STASH_OPS] = stub
+            if "triton" in str(exc) and not result["stubbed_paged_stash"]:
+                if os.path.isfile(os.path.join(sys.path[0], *PAGED_STASH_OPS.split(".")) + ".py"):
+                    stub = types.ModuleType(PAGED_STASH_OPS)
+                    stub.GLOBAL_BLOCK_SIZE, stub.paged_stash_copy_kernel, stub.paged_stash_pop_kernel = 1024, None, None
+                    sys.modules[PAGED_STASH_OPS] = stub
+                else:
+                    stand_in_for_triton()
                 result["stubbed_paged_stash"] = True
                 for loaded in [m for m in sys.modules if m.startswith("megatron")]:
                     if loaded != PAGED_STASH_OPS:
@@ -175,8 +207,13 @@ def check_vision() -> dict:
     from megatron.core.models.multimodal.llava_model import LLaVAModel
     from megatron.core.models.vision.clip_vit_model import CLIPViTModel
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    from megatron.core.transformer.spec_utils import get_submodules
     from megatron.core.transformer.transformer_config import TransformerConfig
+
+    try:
+        from megatron.core.transformer.spec_utils import get_submodules
+    except ImportError:  # trees before it (0.16): a ModuleSpec's own submodules
+        def get_submodules(spec):
+            return spec.submodules
 
     parallel_state.initialize_model_parallel()
     model_parallel_cuda_manual_seed(123)
@@ -225,14 +262,19 @@ def check_vision() -> dict:
 def check_distopt() -> dict:
     import torch
     from megatron.core.optimizer import distrib_optimizer as distopt
+    from megatron.core.optimizer import optimizer as optimizer_module
 
     D = distopt.DistributedOptimizer
     config = types.SimpleNamespace(fp16=False, use_precision_aware_optimizer_no_fp8_or_ds_fp8=False)
     ddp_config = types.SimpleNamespace(use_megatron_fsdp=False)
 
+    # The keys load_state_dict matches saved param groups by: older trees require each in every group.
+    identifiers = dict.fromkeys(getattr(optimizer_module, "param_group_identifier_keys", ()))
+
     def make():
         params = [torch.nn.Parameter(torch.linspace(-1, 1, 4)), torch.nn.Parameter(torch.linspace(0, 1, 3))]
-        fake = types.SimpleNamespace(optimizer=torch.optim.Adam(params, lr=0.1), grad_scaler=None, config=config,
+        adam = torch.optim.Adam([{"params": params, **identifiers}], lr=0.1)
+        fake = types.SimpleNamespace(optimizer=adam, grad_scaler=None, config=config,
                                      ddp_config=ddp_config, model_param_group_index_map={p: (0, i) for i, p in enumerate(params)})
         return fake, params
 

@@ -1,31 +1,39 @@
-"""core_v0.19.0, patches cp-attention and cp-rope-cpu: context parallelism without Transformer Engine.
+"""context-parallel: context parallelism without Transformer Engine (patches cp-attention, cp-rope-cpu).
 
-CI: the patched megatron/ of the megatron-core wheel (conftest.tree019), two gloo ranks on the CPU
-(harness.run_ranks, cp_checks.py). The attention over the two ranks' zigzag chunks equals fp64
+CI: the patched megatron/ of the release's wheel, two gloo ranks on the CPU
+(harness.run_ranks, checks/context_parallel.py). The attention over the two ranks' zigzag chunks equals fp64
 attention over the whole sequence, one Llama-shaped layer with context parallel 2 has the
 gradients of the same layer over the whole sequence, unsupported settings are refused in one line
 naming the flag, and the GPU kernels' calls are checked on meta tensors.
 
-Full tree (ROCMPATCH_TEST_UPSTREAM): test_context_parallel_training.py.
+Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's own pretrain_gpt.py with --context-parallel-size 2:
+the tiny Llama (GQA, RoPE, RMSNorm, SwiGLU, seq 64, global batch 8 of micro-batches of 2, the
+dataloader's causal mask) without dropout, 4 iterations over gloo. In fp32 a run with context
+parallel 2 logs the losses of the same run with context parallel 1 (one process, the same global
+batch) to 1e-4 relative at every iteration, for both --cp-comm-type; bf16 with context parallel 2
+trains; tensor parallel 2 with sequence parallelism and context parallel 2 (4 ranks) logs the losses
+of tensor parallel 2 alone; an unsupported --cp-comm-type stops with one line.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.series.core_v0_19_0 import harness
-from tests.series.core_v0_19_0.cp_checks import HEAD_DIM, SEQ
+from tests.series import harness
+from tests.series.checks.context_parallel import HEAD_DIM, SEQ
+from tests.series.flags import FP32_LLAMA
 
 pytest.importorskip("torch")
+pytestmark = harness.releases_with("context-parallel")
 
 FP32 = 1e-5  # max |difference| in fp32 for values and gradients of order 1
 GROUPS = "attention,layer,refusals,gpu_ops"
 
 
-@pytest.fixture(scope="module")
-def ranks(tree019, tmp_path_factory) -> list[dict]:
+@pytest.fixture(scope="session")
+def ranks(patched_wheel, tmp_path_factory) -> list[dict]:
     workdirs = [tmp_path_factory.mktemp(f"cp-rank{rank}") for rank in range(2)]
-    return harness.run_ranks("cp_checks", GROUPS, tree019, workdirs, timeout=400)
+    return harness.run_ranks("checks.context_parallel", GROUPS, patched_wheel, workdirs, timeout=400)
 
 
 def test_attention_over_two_ranks_equals_whole_sequence(ranks):
@@ -117,3 +125,69 @@ def test_gpu_kernel_calls_on_meta_tensors(ranks):
     for name in ("flash gqa mla", "efficient repeated mla"):  # value heads of 4, padded to 8 and cut
         assert ops[name] == {"out": [2, 4, 24, 4], "lse": [2, 4, 24],
                              "grads": [[2, 4, 24, 8], [2, 2, 48, 8], [2, 2, 48, 4]]}, (name, ops[name])
+
+
+# ---------------------------------------------------------------- full tree: pretrain_gpt.py
+
+
+ITERS = 4
+RELATIVE = 1e-4
+# The tiny Llama in fp32 without dropout: a run's losses depend only on the data and the weights.
+NO_DROPOUT = [*FP32_LLAMA, "--attention-dropout", "0", "--hidden-dropout", "0"]
+
+
+def run(tree, ranks: int, *extra: str, flags: list[str] = NO_DROPOUT) -> harness.Training:
+    return harness.pretrain(tree, [*flags, "--train-iters", str(ITERS), *extra], processes=ranks, timeout=900)
+
+
+def losses(tree, ranks: int, *extra: str, flags: list[str] = NO_DROPOUT) -> dict[int, float]:
+    done = harness.trains(tree, [*flags, "--train-iters", str(ITERS), *extra], processes=ranks, timeout=900)
+    assert sorted(done.losses) == list(range(1, ITERS + 1)), done.tail()
+    return done.losses
+
+
+def assert_same(got: dict[int, float], want: dict[int, float], relative: float = RELATIVE) -> None:
+    for iteration, loss in want.items():
+        assert abs(got[iteration] - loss) <= relative * abs(loss), (iteration, got, want)
+
+
+@pytest.fixture(scope="session")
+def cp1(training_tree) -> dict[int, float]:
+    return losses(training_tree, 1)
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("extra", [["--cp-comm-type", "p2p"], ["--cp-comm-type", "all_gather"], ["--no-rope-fusion"]],
+                         ids=["p2p", "all_gather", "unfused-rope"])
+def test_cp2_fp32_losses_equal_cp1(training_tree, cp1, extra):
+    """The RoPE fusion is on by default (rope-torch-fused): each rank rotates its half of the
+    positions with the torch form, or with --no-rope-fusion with the unfused one; both give the
+    losses of context parallel 1 (fused)."""
+    done = run(training_tree, 2, "--context-parallel-size", "2", *extra)
+    assert done.returncode == 0, done.tail(6000)
+    assert "turning apply_rope_fusion off" not in done.output, done.tail(3000)  # fusion on unless asked
+    assert_same(done.losses, cp1)
+
+
+@pytest.mark.upstream
+def test_cp2_bf16_trains(training_tree, cp1):
+    """bf16 weights and activations (fp32 gradients and Adam), the ring: the fp32 run's losses
+    to the precision of bf16."""
+    bf16 = losses(training_tree, 2, "--context-parallel-size", "2", flags=[*NO_DROPOUT, "--bf16"])
+    assert_same(bf16, cp1, relative=1e-2)
+
+
+@pytest.mark.upstream
+def test_tp2_sequence_parallel_with_cp2(training_tree):
+    tp2 = losses(training_tree, 2, "--tensor-model-parallel-size", "2", "--sequence-parallel")
+    tp2_cp2 = losses(training_tree, 4, "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                     "--context-parallel-size", "2")
+    assert_same(tp2_cp2, tp2)
+
+
+@pytest.mark.upstream
+def test_unsupported_cp_comm_type_is_one_line(training_tree):
+    done = run(training_tree, 2, "--context-parallel-size", "2", "--cp-comm-type", "a2a")
+    assert done.returncode != 0 and not done.losses
+    assert ("ValueError: --cp-comm-type a2a: context parallelism without Transformer Engine runs p2p or "
+            "all_gather; pass --cp-comm-type p2p or all_gather.") in done.output, done.tail(3000)
