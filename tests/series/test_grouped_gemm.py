@@ -20,7 +20,7 @@ import re
 import pytest
 
 from tests.series import harness
-from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MIXTRAL, TINY_LLAMA, without
+from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MIXTRAL, QWEN3_MOE, TINY_LLAMA, without
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("grouped-gemm")
@@ -159,11 +159,12 @@ def test_deepseek_shape_with_grouped_experts_trains_in_bf16(training_tree):
 
 
 MIXTRAL_EXPERTS = without(MIXTRAL, *EXPERT_PARALLEL_2[::2])  # Mixtral's router and experts, no layout
-LAYOUTS = {
-    "EP 2 allgather": ["--moe-token-dispatcher-type", "allgather", "--expert-model-parallel-size", "2"],
-    "TP 2 expert TP 2": ["--moe-token-dispatcher-type", "alltoall", "--tensor-model-parallel-size", "2", "--sequence-parallel",
-                         "--expert-tensor-parallel-size", "2"],
-    "EP 2 drop and pad": [*EXPERT_PARALLEL_2, "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"],
+LAYOUTS = {  # the model's experts and the layout
+    "EP 2 allgather": [*MIXTRAL_EXPERTS, "--moe-token-dispatcher-type", "allgather", "--expert-model-parallel-size", "2"],
+    "TP 2 expert TP 2": [*MIXTRAL_EXPERTS, "--moe-token-dispatcher-type", "alltoall", "--tensor-model-parallel-size", "2",
+                         "--sequence-parallel", "--expert-tensor-parallel-size", "2"],
+    "EP 2 drop and pad": [*MIXTRAL, "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity"],
+    "Qwen3-MoE EP 2": QWEN3_MOE,  # 8 experts of 32, QK norm, every layer MoE, alltoall
 }
 
 
@@ -173,7 +174,7 @@ def test_grouped_equals_sequential_in_each_layout(training_tree, layout):
     """The other dispatcher, the experts' weights split by expert tensor parallelism (each rank's grouped
     GEMM holds a slice of every expert), and capacity-padded experts (tokens dropped, zero rows added):
     the grouped experts log the sequential ones' fp32 losses."""
-    flags = [*FP32_LLAMA, *MIXTRAL_EXPERTS, *LAYOUTS[layout]]
+    flags = [*FP32_LLAMA, *LAYOUTS[layout]]
     sequential = moe_run(training_tree, flags)
     grouped = moe_run(training_tree, flags, "--moe-grouped-gemm")
     assert sorted(grouped.losses) == list(range(1, 7)), grouped.tail()
