@@ -35,6 +35,11 @@ SHAPE_FLAGS = frozenset((
 ))
 
 
+# Flags every release's Megatron parses but only a series with the feature runs without Transformer
+# Engine; on another, upstream trains without them and says nothing (--fp8-format: in BF16).
+NEEDS_FEATURE = {"--fp8-format": "fp8"}
+
+
 @dataclass(frozen=True)
 class ReleaseSpan:
     """A recipe's `releases:` as written; `where` ('FILE:LINE: releases') names it in errors."""
@@ -103,11 +108,19 @@ def to_tree(recipe, target: Path, args: dict, given: set[str]) -> Fitted:
 
     order = release_order()
     fits = recipe.releases.releases(order)
-    detected = detect(find_patchsets(None)[0], target)
+    patchsets = find_patchsets(None)[0]
+    detected = detect(patchsets, target)
     if detected is None:
         return Fitted(args, (f"{target}: not a checkout made by `rocmpatch apply` (or of no known release); "
                              f"recipe {recipe.name} is written for {recipe.releases}",))
     release, why = detected
+    features = patchsets.location(release).info.features or ()
+    for flag, feature in NEEDS_FEATURE.items():
+        if args.get(flag) not in (None, False) and feature not in features:
+            having = [name for name in patchsets.releases() if feature in (patchsets.location(name).info.features or ())]
+            instead = f"a tree of {having[-1]} (rocmpatch apply --target DIR --release {having[-1]})" if having else "a tree with TE"
+            raise UsageError(f"{flag}: the series of {release} has no {feature}, so without Transformer Engine its Megatron would "
+                             f"run without it and say nothing", hint=f"drop {flag}, or use {instead}")
     if release in fits:
         return Fitted(args)
     written = f"recipe {recipe.name} is written for {recipe.releases}, and {why}, so it is {release}"

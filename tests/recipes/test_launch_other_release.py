@@ -145,3 +145,13 @@ def test_a_releases_entry_that_names_no_release_is_invalid_input(mini, tmp_path,
     result = launch(recipe_file(tmp_path, releases), target)
     assert result.exit_code == ExitCode.INVALID_INPUT and result.stdout == ""
     assert "mine.yaml" in result.stderr and "releases" in result.stderr and problem in result.stderr
+
+
+def test_fp8_on_a_series_without_the_fp8_feature_is_refused(mini, tmp_path):
+    """Upstream without TE would train BF16 and say nothing: mini_v1 declares no features."""
+    target = mini()
+    for releases in ("mini_v1", "mini_v2"):  # on a release the recipe lists, and on another
+        result = launch(recipe_file(tmp_path, releases), target, "--", "--fp8-format", "hybrid")
+        assert result.exit_code == ExitCode.USAGE and result.stdout == "", result.output
+        first = result.stderr.splitlines()[0]
+        assert first.startswith("rocmpatch: error: --fp8-format: the series of mini_v1 has no fp8"), first
