@@ -50,3 +50,11 @@ def cli(project):
         return CliRunner().invoke(app, [*args, *extra])
 
     return invoke
+
+
+@pytest.fixture
+def checkout(cli, tmp_path):
+    """`rocmpatch apply` of `project`'s series into tmp/Megatron-LM."""
+    target = tmp_path / "Megatron-LM"
+    assert cli("apply", "--target", str(target)).exit_code == 0
+    return target

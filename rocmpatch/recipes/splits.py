@@ -22,6 +22,7 @@ from rocmpatch.recipes import inputs
 
 PARTS = ("training", "validation", "test")
 WHOLE = {"--split": "100,0,0", "--eval-iters": 0}
+MEGATRON_DEFAULT = "969,30,1"  # --split when none is given (arguments.py)
 
 
 def weights(split: str) -> list[float]:
@@ -53,7 +54,7 @@ def fewest_documents(split: str) -> int:
 
 def _empty_parts(args: dict, documents: int) -> list[str]:
     evaluates = int(args.get("--eval-iters") or 0) > 0
-    counts = documents_per_part(str(args.get("--split", "969,30,1")), documents)
+    counts = documents_per_part(str(args.get("--split", MEGATRON_DEFAULT)), documents)
     return [part for part, count, asked in zip(PARTS, counts, (True, evaluates, evaluates)) if count == 0 and asked]
 
 
@@ -70,11 +71,12 @@ def fit(args: dict, given: set[str]) -> tuple[dict, tuple[str, ...]]:
         empty = _empty_parts(args, documents)
         if not empty:
             continue
-        split = args.get("--split", "969,30,1")
+        split = args.get("--split", MEGATRON_DEFAULT)
+        enough = fewest_documents(split)
         what = f"--data-path {shown(prefix)}: {documents} document(s) leave the {' and '.join(empty)} part{'s' * (len(empty) > 1)} of --split {split} empty"
         if given & set(WHOLE):
             raise UsageError(f"{what} (Megatron would wait forever building it)",
-                             hint=f"give at least {fewest_documents(split)} documents, or train on all of them: --split 100,0,0 --eval-iters 0")
+                             hint=f"give at least {enough} documents, or train on all of them: --split 100,0,0 --eval-iters 0")
         return {**args, **WHOLE}, (f"{what}: training on all of them without evaluation (--split 100,0,0 --eval-iters 0); "
-                                   f"{fewest_documents(split)} documents or more keep the recipe's split",)
+                                   f"{enough} documents or more keep the recipe's split",)
     return args, ()

@@ -54,13 +54,6 @@ def project(tmp_path, upstream):
     return make_series(tmp_path / "proj", upstream, PATCHES)
 
 
-@pytest.fixture
-def checkout(cli, tmp_path):
-    target = tmp_path / "Megatron-LM"
-    assert cli("apply", "--target", str(target)).exit_code == 0
-    return target
-
-
 def package(cli, checkout, out, *extra):
     return cli("package", "--target", str(checkout), "--out", str(out), "--no-build-isolation", "--python", sys.executable, *extra)
 

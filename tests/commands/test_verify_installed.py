@@ -72,13 +72,6 @@ def project(tmp_path, upstream):
     return make_series(tmp_path / "proj", upstream, PATCHES)
 
 
-@pytest.fixture
-def checkout(cli, tmp_path):
-    target = tmp_path / "Megatron-LM"
-    assert cli("apply", "--target", str(target)).exit_code == 0
-    return target
-
-
 def verify(cli, python, *extra):
     result = cli("verify", "--installed", "--python", str(python), "--json", *extra)
     return result.exit_code, json.loads(result.stdout)

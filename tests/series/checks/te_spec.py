@@ -285,19 +285,23 @@ def copy_local_into(ours, local) -> int:
     return len(ours_params)
 
 
+def against_local(cfg):
+    """The TE-spec model and the local one from `cfg`, the local weights copied in: the TE-spec model and
+    {local, ours: the losses; grad_diff: the largest gradient difference; names_equal: same parameters}."""
+    ours, local = build(cfg, True, seed=1), build(cfg, False, seed=2)
+    copy_local_into(ours, local)
+    local_loss, local_grads = loss_and_grads(local, dict(ours.named_parameters()))
+    our_loss, our_grads = loss_and_grads(ours)
+    return ours, {"local": local_loss, "ours": our_loss, "names_equal": sorted(local_grads) == sorted(our_grads),
+                  "grad_diff": max((our_grads[n] - g).abs().max().item() for n, g in local_grads.items())}
+
+
 def loss() -> dict:
     result = {}
     for case in SAME_MODEL:
-        cfg = config(case)
-        ours, local = build(cfg, True, seed=1), build(cfg, False, seed=2)
-        copy_local_into(ours, local)
-        local_loss, local_grads = loss_and_grads(local, dict(ours.named_parameters()))
-        our_loss, our_grads = loss_and_grads(ours)
-        result[case] = {
-            "local": local_loss, "ours": our_loss,
-            "same_params": sorted(local_grads) == sorted(our_grads),
-            "grad_diff": max((our_grads[n] - g).abs().max().item() for n, g in local_grads.items()),
-        }
+        _, compared = against_local(config(case))
+        compared["same_params"] = compared.pop("names_equal")
+        result[case] = compared
     return result
 
 
@@ -354,16 +358,9 @@ def tp2() -> dict:
     """Runs as each of two ranks (setup with TP 2)."""
     result = {}
     for case in ("qwen3",):
-        cfg = config(case, tensor_model_parallel_size=2, sequence_parallel=True)
-        ours, local = build(cfg, True, seed=1), build(cfg, False, seed=2)
-        copy_local_into(ours, local)
-        local_loss, local_grads = loss_and_grads(local, dict(ours.named_parameters()))
-        our_loss, our_grads = loss_and_grads(ours)
-        result[case] = {
-            "local": local_loss, "ours": our_loss,
-            "grad_diff": max((our_grads[n] - g).abs().max().item() for n, g in local_grads.items()),
-            "shapes": {n: list(p.shape) for n, p in ours.named_parameters() if ".layers.0." in n},
-        }
+        ours, compared = against_local(config(case, tensor_model_parallel_size=2, sequence_parallel=True))
+        del compared["names_equal"]
+        result[case] = {**compared, "shapes": {n: list(p.shape) for n, p in ours.named_parameters() if ".layers.0." in n}}
     return result
 
 
