@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rocmpatch.errors import ExitCode
-from tests.commands.test_verify_installed import EXTENSION, checkout, project, site_packages, upstream, verify  # noqa: F401  (fixtures)
+from tests.commands.test_verify_installed import EXTENSION, project, site_packages, upstream, verify  # noqa: F401  (fixtures)
 from tests.fixtures import write_files
 from tests.installing import make_venv
 
