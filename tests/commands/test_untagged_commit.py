@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -74,10 +75,11 @@ def invoke(args: list[str]):
 
 
 def snapshot(root: Path) -> dict[Path, bytes]:
-    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts}
 
 
-def test_the_documented_steps_give_a_verified_release_for_an_untagged_commit(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kept_in_git", [False, True], ids=["my-series-plain", "my-series-in-git"])
+def test_the_documented_steps_give_a_verified_release_for_an_untagged_commit(tmp_path, monkeypatch, kept_in_git):
     # The nearest release: v1.0 with three patches, in a "clone of rocmpatch" (its patchsets/ and lock).
     upstream = tagged_upstream(tmp_path, {"README.md": "upstream\n", "pkg/__init__.py": "", "pkg/a.py": MODULE_A, "pkg/b.py": MODULE_B})
     location = make_series(tmp_path / "rocmpatch", upstream, PATCHES)
@@ -113,6 +115,10 @@ def test_the_documented_steps_give_a_verified_release_for_an_untagged_commit(tmp
         subprocess.run(command, check=True, cwd=tmp_path)
     user = tmp_path / "my-series"
     assert snapshot(user / "patchsets") == snapshot(location.series_dir.parent)
+    if kept_in_git:  # the user keeps the copy in a repository of theirs: the rebase state goes in its .git
+        gitcmd.init_repo(user)
+        commit_all(user, "my series")
+    state = user / ((".git/rocmpatch-rebase-" if kept_in_git else ".rocmpatch-rebase-") + release)
     clone_before = snapshot(tmp_path / "rocmpatch")
 
     # --report: the size of the port, nothing written.
@@ -123,10 +129,10 @@ def test_the_documented_steps_give_a_verified_release_for_an_untagged_commit(tmp
     assert "3 patches: 1 exact, 1 3-way, 1 conflict" in result.stdout
     assert not (user / "patchsets" / new_release).exists()
 
-    # --into: stops at conflict-fix, in the worktree the docs name (my-series is outside git).
+    # --into: stops at conflict-fix, in the worktree the docs name.
     result = invoke(start)
     assert result.exit_code == 4, result.output
-    worktree = user / f".rocmpatch-rebase-{release}" / "worktree"
+    worktree = state / "worktree"
     assert f"patch conflict-fix conflicts in: pkg/b.py (both changed)" in result.stderr
     assert f"the worktree: {worktree} " in result.stderr
     assert not (user / "patchsets" / new_release).exists()
@@ -144,7 +150,7 @@ def test_the_documented_steps_give_a_verified_release_for_an_untagged_commit(tmp
     (worktree / "pkg" / "b.py").write_text(replace_line(MODULE_B, B5, B5_RESOLVED))
     result = invoke(resume)
     assert result.exit_code == 0, result.output
-    assert not (user / f".rocmpatch-rebase-{release}").exists()
+    assert not state.exists()
 
     # The user's own release: folder and lock entry pinning the untagged commit; the old release and
     # the clone of rocmpatch as they were.
