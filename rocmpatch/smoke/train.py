@@ -27,14 +27,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rocmpatch.megatron_args import flag_value
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, step, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 from rocmpatch.smoke.profile import SmokeProfile, TrainProfile, TrainRun
-from rocmpatch.smoke.train_args import expert_parallel_size, flag_value, owned_flags, pretrain_args, profile_for, tensor_parallel_size
-
-# What tests and callers read as smoke.train.X lives in train_args (profile.py needs it without the stage).
-__all__ = ["expert_parallel_size", "flag_value", "owned_flags", "pretrain_args", "profile_for", "tensor_parallel_size"]
-
+from rocmpatch.smoke.train_args import pretrain_args, profile_for, tensor_parallel_size
 
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
 ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")

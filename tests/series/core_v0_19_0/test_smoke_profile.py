@@ -3,7 +3,7 @@ this release's profile has; every release's smoke runs are tests/series/test_smo
 
 from __future__ import annotations
 
-from rocmpatch.smoke import train
+from rocmpatch.smoke import train_args
 from rocmpatch.smoke.profile import load_profile
 from tests.series.harness import release_of
 
@@ -18,13 +18,13 @@ def test_smoke_trains_a_deepseek_shape_over_expert_parallel_workers():
     assert list(runs) == ["mcore", "deepseek"]
     flags = profile.train.flags(runs["deepseek"], "cpu")
     assert {"--multi-latent-attention", "--mtp-num-layers", "--moe-router-enable-expert-bias"} <= set(flags)
-    cpu = train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", flags)
+    cpu = train_args.pretrain_args(train_args.profile_for("cpu"), 2, 10, "bf16", flags)
     assert cpu[-2:] == ["--expert-model-parallel-size", "2"] and "--tensor-model-parallel-size" in cpu
     for world, ep in ((1, None), (2, "2"), (4, "4"), (8, "8")):
-        args = train.pretrain_args(train.profile_for("rocm"), world, 20, "bf16", flags)
+        args = train_args.pretrain_args(train_args.profile_for("rocm"), world, 20, "bf16", flags)
         assert (args[-1] if args[-2] == "--expert-model-parallel-size" else None) == ep, (world, args[-4:])
     # expert TP defaults to TP: 8 GPUs at TP 8 leave no room for EP
-    assert train.expert_parallel_size(8, 8, ["--num-experts", "8"]) == 1
-    assert train.expert_parallel_size(8, 2, ["--num-experts", "6"]) == 2
-    assert train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", list(runs["mcore"].args))[-1] == "--disable-bias-linear"
-    assert "--expert-model-parallel-size" in train.owned_flags()
+    assert train_args.expert_parallel_size(8, 8, ["--num-experts", "8"]) == 1
+    assert train_args.expert_parallel_size(8, 2, ["--num-experts", "6"]) == 2
+    assert train_args.pretrain_args(train_args.profile_for("cpu"), 2, 10, "bf16", list(runs["mcore"].args))[-1] == "--disable-bias-linear"
+    assert "--expert-model-parallel-size" in train_args.owned_flags()

@@ -3,7 +3,7 @@ tree, and how its failures are blamed on its patches."""
 
 from __future__ import annotations
 
-from rocmpatch.smoke import blame, op_checks, train
+from rocmpatch.smoke import blame, op_checks, train_args
 from rocmpatch.smoke.profile import load_profile
 from tests.fixtures import location_of
 from tests.series.harness import release_of
@@ -57,13 +57,13 @@ def test_blame_names_the_patch_whose_changes_are_missing_from_the_file(tmp_path)
 def test_train_runs_the_tiny_gpt_over_gloo_on_cpu_and_nccl_on_gpus():
     runs = {run.name: run for run in load_profile(PATCHSETS).train.runs}
     mcore = load_profile(PATCHSETS).train.flags(runs["mcore"], "cpu")
-    cpu = train.pretrain_args(train.profile_for("cpu"), 2, 10, "bf16", mcore)
+    cpu = train_args.pretrain_args(train_args.profile_for("cpu"), 2, 10, "bf16", mcore)
     value = dict(zip(cpu, cpu[1:]))
     assert value["--distributed-backend"] == "gloo" and value["--tensor-model-parallel-size"] == "2"
     assert value["--hidden-size"] == "64" and value["--train-iters"] == "10"
     assert cpu[-4:] == ["--bf16", "--use-mcore-models", "--transformer-impl", "local"]
-    gpu = train.pretrain_args(train.profile_for("rocm"), 4, 20, "bf16", list(runs["legacy"].args))
+    gpu = train_args.pretrain_args(train_args.profile_for("rocm"), 4, 20, "bf16", list(runs["legacy"].args))
     value = dict(zip(gpu, gpu[1:]))
     assert value["--distributed-backend"] == "nccl" and value["--tensor-model-parallel-size"] == "4"
     assert value["--hidden-size"] == "256" and "--use-mcore-models" not in gpu
-    assert train.profile_for("cpu").iterations == 10 and train.profile_for("cuda").iterations == 20
+    assert train_args.profile_for("cpu").iterations == 10 and train_args.profile_for("cuda").iterations == 20
