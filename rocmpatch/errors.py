@@ -8,6 +8,8 @@ from __future__ import annotations
 import enum
 from pathlib import Path
 
+from rocmpatch.files import shown
+
 
 class ExitCode(enum.IntEnum):
     OK = 0
@@ -52,12 +54,13 @@ class UsageError(RocmpatchError):
 
 
 class InvalidInput(RocmpatchError):
-    """Bad content in a file we read. `where` is 'path', 'path:line' or 'path: key'."""
+    """Bad content in a file we read. `where` is 'path', 'path:line' or 'path: key'; printed on one
+    line (quoted, as files.shown does, when the path holds a line break or bytes that are not UTF-8)."""
 
     exit_code = ExitCode.INVALID_INPUT
 
     def __init__(self, where: str | Path, problem: str, *, hint: str | None = None) -> None:
-        super().__init__(f"{where}: {problem}", hint=hint)
+        super().__init__(f"{shown(where)}: {problem}", hint=hint)
         self.where = str(where)
 
 
