@@ -8,8 +8,6 @@ from __future__ import annotations
 import enum
 from pathlib import Path
 
-from rocmpatch.files import shown
-
 
 class ExitCode(enum.IntEnum):
     OK = 0
@@ -24,6 +22,13 @@ class ExitCode(enum.IntEnum):
     MOVE_FAILED = 9  # git could not finish changing a target's working tree; rolled back, or journal kept
     INTERNAL = 70  # a bug: the traceback is written to a log file
     INTERRUPTED = 130  # Ctrl-C
+
+
+def shown(path: str | Path) -> str:
+    """A path for one line of text: quoted when it holds a control character (a line break) or bytes
+    that are not UTF-8 (surrogate escapes)."""
+    text = str(path)
+    return repr(text) if any(ord(char) < 32 or ord(char) == 127 or 0xDC80 <= ord(char) <= 0xDCFF for char in text) else text
 
 
 NO_SPACE_HINT = "free space on that file system (or raise the quota, or `ulimit -f`), then rerun; nothing half-written is kept"
@@ -55,7 +60,7 @@ class UsageError(RocmpatchError):
 
 class InvalidInput(RocmpatchError):
     """Bad content in a file we read. `where` is 'path', 'path:line' or 'path: key'; printed on one
-    line (quoted, as files.shown does, when the path holds a line break or bytes that are not UTF-8)."""
+    line (quoted by shown(), when the path holds a line break or bytes that are not UTF-8)."""
 
     exit_code = ExitCode.INVALID_INPUT
 

@@ -186,9 +186,3 @@ def refuse_unwritable_output(path: Path, option: str) -> None:
     if not os.access(path if path.exists() else parent, os.W_OK) or not os.access(parent, os.X_OK):
         raise UsageError(f"{shown}: not writable", hint="give a path you may write")
 
-
-def shown(path: str | Path) -> str:
-    """A path for one line of text: quoted when it holds a control character (a line break) or bytes
-    that are not UTF-8 (surrogate escapes)."""
-    text = str(path)
-    return repr(text) if any(ord(char) < 32 or ord(char) == 127 or 0xDC80 <= ord(char) <= 0xDCFF for char in text) else text

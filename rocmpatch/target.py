@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rocmpatch import gitcmd
-from rocmpatch.errors import TargetRefused, UsageError
-from rocmpatch.files import file_lock, shown
+from rocmpatch.errors import TargetRefused, UsageError, shown
+from rocmpatch.files import file_lock
 from rocmpatch.processes import interruption_point  # noqa: F401  (the place callers know it by)
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"

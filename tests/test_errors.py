@@ -1,4 +1,4 @@
-"""rocmpatch/errors.py: an error names its file on one line, whatever the file's name holds."""
+"""rocmpatch/errors.py: an error names its file on one line, whatever the file's name holds (shown)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rocmpatch import yamlio
-from rocmpatch.errors import InvalidInput
+from rocmpatch.errors import InvalidInput, shown
 
 
 def test_invalid_input_quotes_a_path_with_a_line_break():
@@ -25,3 +25,8 @@ def test_a_yaml_error_in_a_folder_with_a_line_break_is_one_line(tmp_path):
     assert "\n" not in str(caught.value)
     assert caught.value.message.startswith(repr(f"{folder / 'release.yaml'}:2") + ": duplicate key 'a'")
     assert caught.value.where == f"{folder / 'release.yaml'}:2"  # the raw place, for programs
+
+
+def test_shown_quotes_only_what_would_break_the_line():
+    assert shown("plain/dir") == "plain/dir"
+    assert shown(Path("tab\there")) == "'tab\\there'"

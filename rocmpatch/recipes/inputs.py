@@ -12,8 +12,7 @@ import importlib.util
 from pathlib import Path
 
 from rocmpatch.data import tokenizer as tokenizers
-from rocmpatch.errors import UsageError
-from rocmpatch.files import shown
+from rocmpatch.errors import UsageError, shown
 
 DATA_FLAGS = ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path")
 LIST_FILE_FLAGS = ("--data-args-path", "--per-split-data-args-path")

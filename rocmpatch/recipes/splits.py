@@ -16,8 +16,7 @@ import re
 from pathlib import Path
 
 from rocmpatch.data.idx import check_pair
-from rocmpatch.errors import UsageError
-from rocmpatch.files import shown
+from rocmpatch.errors import UsageError, shown
 from rocmpatch.recipes import inputs
 
 PARTS = ("training", "validation", "test")
