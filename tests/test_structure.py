@@ -150,6 +150,46 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, f"imports against docs/architecture.md's layers: {upward}"
 
 
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dependency in graph[todo.pop()] - seen:
+            seen.add(dependency)
+            todo.append(dependency)
+    return seen
+
+
+# What torchrun starts once per GPU: each imports what it runs, nothing of the parent's orchestration.
+WORKERS = ("rocmpatch.smoke.script", "rocmpatch.preflight.__main__")
+ORCHESTRATION = ("rocmpatch.cli", "rocmpatch.commands", "rocmpatch.operations", "rocmpatch.launchers", "rocmpatch.smoke.runner",
+                 "rocmpatch.smoke.launch", "rocmpatch.smoke.supervise", "rocmpatch.recipes", "rocmpatch.gitcmd")
+
+
+def test_a_torchrun_worker_imports_none_of_the_orchestration():
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    found = {worker: sorted(m for m in reached(graph, worker) if m.startswith(ORCHESTRATION)) for worker in WORKERS}
+    assert found == {worker: [] for worker in WORKERS}
+
+
+def test_a_module_exports_only_what_it_defines():
+    """A name is imported from the module that owns it; only a package's __init__ (gitcmd's API) re-exports."""
+    borrowed = {}
+    for name, path in modules().items():
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {(alias.asname or alias.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names}
+        exported = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)]
+        if exported and set(exported[0]) & imported:
+            borrowed[name] = sorted(set(exported[0]) & imported)
+    assert borrowed == {}
+
+
 def test_only_the_table_module_builds_rich_tables():
     """Rich cuts a cell with an ellipsis; rocmpatch.tables.Table never cuts what a user copies."""
     direct = [name for name, path in modules().items()

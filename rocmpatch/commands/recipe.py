@@ -6,7 +6,8 @@ from rocmpatch.console import emit_json, note, out
 from rocmpatch.errors import ExitCode, UsageError
 from rocmpatch.launchers import run
 from rocmpatch.recipes import launch
-from rocmpatch.recipes.catalog import find, names, to_argv
+from rocmpatch.megatron_args import to_argv
+from rocmpatch.recipes.catalog import find, names
 from rocmpatch.recipes.fit import release_order
 from rocmpatch.recipes.launch import LaunchRequest
 from rocmpatch.recipes.memory import upstream_model

@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmpatch.errors import UsageError
-from rocmpatch.megatron_args import ParallelLayout, integer, parse_argv, to_argv
+from rocmpatch.megatron_args import ParallelLayout, integer
 from rocmpatch.recipes.fit import ReleaseSpan
 from rocmpatch.recipes.memory import Estimate, estimate, layer_pattern, moe_layer_freq
 from rocmpatch.recipes.schema import read_recipe
-
-__all__ = ["Layout", "Recipe", "cpu_sizes", "find", "layout_problems", "load", "names", "parse_argv", "to_argv"]  # argv helpers: megatron_args's
 
 DIRECTORY = Path(__file__).resolve().parent
 

@@ -17,7 +17,8 @@ from rocmpatch import launchers
 from rocmpatch.errors import EnvironmentProblem, UsageError
 from rocmpatch.launchers import Launch, torchrun
 from rocmpatch.recipes import fit, inputs, schedule, splits
-from rocmpatch.recipes.catalog import Recipe, layout_problems, parse_argv, to_argv
+from rocmpatch.megatron_args import parse_argv, to_argv
+from rocmpatch.recipes.catalog import Recipe, layout_problems
 from rocmpatch.recipes.schema import typed_command_line_args
 from rocmpatch.target import require_tree
 

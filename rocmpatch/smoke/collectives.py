@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rocmpatch.processes import die_with_parent
 from rocmpatch.smoke.child import StageFailure, describe, stage_main, step
-from rocmpatch.smoke.launch import die_with_parent, launcher_timeout, torchrun
+from rocmpatch.smoke.launch import launcher_timeout, torchrun
 
 
 def check_equal(torch, name: str, got, expected, notes: list[str]) -> None:

@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from rocmpatch import launchers
-from rocmpatch.processes import die_with_parent  # workers: SIGKILL when torchrun dies
 from rocmpatch.smoke.supervise import ChildOutcome, run_child
-
-__all__ = ["die_with_parent", "launcher_timeout", "torchrun"]
 
 
 def torchrun(nproc: int, module: str, args: list[str], timeout: float, cwd: Path,

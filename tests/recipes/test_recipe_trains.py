@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocmpatch.recipes.catalog import cpu_sizes, find, names, to_argv
+from rocmpatch.megatron_args import to_argv
+from rocmpatch.recipes.catalog import cpu_sizes, find, names
 from rocmpatch.releases import choose
 from tests.series import harness
 from tests.series.flags import DEEPSEEK_BASE

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from rocmpatch.cli import app
 from rocmpatch.errors import ExitCode, InvalidInput
-from rocmpatch.recipes.catalog import find, load, names, to_argv
+from rocmpatch.megatron_args import to_argv
+from rocmpatch.recipes.catalog import find, load, names
 from rocmpatch.releases import choose
 from rocmpatch.schema import load_lock_file
 from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_model, moe_layer_freq

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmpatch.recipes.catalog import find, names, to_argv
+from rocmpatch.megatron_args import to_argv
+from rocmpatch.recipes.catalog import find, names
 from rocmpatch.releases import choose
 from tests.series import harness
 
