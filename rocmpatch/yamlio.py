@@ -10,6 +10,10 @@ The whole API:
 
     load(path, reader)      reader.read(the document's root node)
     read_document(path)     the root Node (an empty file is an error)
+    plain_document(path, data)   data another parser read (json.loads of a file rocmpatch wrote, such
+                            as a stopped rebase's state.json) as Nodes, so a schema declared here reads
+                            it too: no line numbers (errors name the file and the key path), each
+                            scalar tagged by its Python type
     where(path, line, key)  the "FILE:LINE: KEY" an error starts with, for one raised without a Node
 
     Node                    a value with its place: .value (a scalar's text, list[Node], or
@@ -24,6 +28,8 @@ The whole API:
                  any non-empty scalar's text (`2` reads as '2'); `pattern` must match it whole:
                  "'x' is not a valid WHAT" when `what` is given, else "expected DESCRIPTION, got 'x'"
     Line(description, ...)              a String on one line, returned stripped
+    Text(description, non_empty=False)  a string scalar only (quoted in YAML, a string in JSON; a number
+                 or true is refused), empty allowed unless non_empty: for files rocmpatch writes
     Bool(description)                   true or false -> bool
     Integer(description, minimum=, maximum=)   a plain decimal integer in range -> int; true, 1.5,
                  1e3, 0x10 are refused, and so is a number too long for the range, before any int()
@@ -173,6 +179,19 @@ def read_document(path: Path) -> Node:
     return _to_node(path, composed, "")
 
 
+def plain_document(path: Path, data: Any, key: str = "") -> Node:
+    """`data` (dicts, lists, str, int, float, bool, None, as json.loads gives them) as Nodes without lines."""
+    if isinstance(data, dict):
+        return Node({str(k): plain_document(path, v, _join(key, str(k))) for k, v in data.items()}, 0, key, path, "map")
+    if isinstance(data, list):
+        return Node([plain_document(path, v, f"{key}[{i}]") for i, v in enumerate(data)], 0, key, path, "seq")
+    if data is None:
+        return Node("null", 0, key, path, "null")
+    if isinstance(data, bool):
+        return Node("true" if data else "false", 0, key, path, "bool")
+    return Node(str(data), 0, key, path, {int: "int", float: "float"}.get(type(data), "str"))
+
+
 def load(path: Path, reader: "Reader") -> Any:
     """`reader.read` of the document in `path`."""
     return reader.read(read_document(path))
@@ -223,6 +242,17 @@ class String(Reader):
 def Line(description: str, **options: Any) -> String:  # noqa: N802 - a reader like the classes
     """A String on one line, returned stripped."""
     return String(description, single_line=True, **options)
+
+
+class Text(Reader):
+    def __init__(self, description: str, *, non_empty: bool = False) -> None:
+        self.description, self.non_empty = description, non_empty
+
+    def read(self, node: Node) -> str:
+        text = _text(node, f"{self.description} as a string")
+        if node.tag != "str" or (self.non_empty and not text):
+            raise node.error(f"expected {self.description} as a {'non-empty ' if self.non_empty else ''}string, got {text!r}")
+        return text
 
 
 class Bool(Reader):

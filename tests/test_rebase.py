@@ -5,13 +5,13 @@ from pathlib import Path
 import pytest
 
 from rocmpatch import gitcmd, patch_header
-from rocmpatch.operations import rebase
+from rocmpatch.operations import rebase, rebase_state
 from rocmpatch.errors import InvalidInput, TargetRefused
 from rocmpatch.patching import parse_patch
 from tests.series.trees import apply_series
 from rocmpatch.schema import SeriesEntry
 from rocmpatch.series import loaded_patch
-from rocmpatch.operations.rebase_conflicts import CONTENT, DELETED_UPSTREAM
+from rocmpatch.operations.rebase_conflicts import CONTENT, DELETED_UPSTREAM, Conflict
 from tests.upstream_history import commit_files, git, make_history
 
 
@@ -65,7 +65,7 @@ def test_stops_on_a_real_conflict_then_continue_carries_the_rename(history, proj
     stopped = start(history, project)
     assert isinstance(stopped, rebase.Stopped)
     assert stopped.patch == "alpha" and stopped.files == ["a.py"]
-    assert rebase.in_progress(project, [RELEASE])
+    assert rebase_state.in_progress(project, [RELEASE])
     # The markers must go before --continue takes the files.
     with pytest.raises(InvalidInput, match="conflict marker"):
         rebase.resume(project, RELEASE, series(history))
@@ -96,10 +96,22 @@ def test_abort_leaves_nothing(history, project):
     stopped = start(history, project)
     assert stopped.worktree.is_dir()
     rebase.abort(project, RELEASE)
-    assert not rebase.in_progress(project, [RELEASE])
+    assert not rebase_state.in_progress(project, [RELEASE])
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
     with pytest.raises(TargetRefused):
         rebase.abort(project, RELEASE)
+
+
+def test_the_state_keeps_any_path_and_reads_back_as_written(project):
+    """state.json is JSON: a conflicted path with a line break, non-UTF-8 bytes or an emoji comes back as it was."""
+    odd = ["a\nb.py", "bad\udcff.py", "emoji-\U0001f600.py"]
+    state = rebase_state.State("c" * 40, "main", "", None, "/objects", {"0001-a.patch": "d" * 64}, ["e" * 40], "f" * 40,
+                               [None], [rebase_state.Outcome("a", rebase.CONFLICT, odd)], conflicts=[Conflict(odd[1], CONTENT, None)])
+    directory = rebase_state.state_dir(project, RELEASE)
+    directory.mkdir(parents=True)
+    rebase_state.save(directory, state)
+    assert rebase_state.load(project, RELEASE) == (directory, state)
+    assert rebase_state.in_progress(project, [RELEASE, "other"]) == [RELEASE]
 
 
 def test_a_second_rebase_waits_for_the_first(history, project):
@@ -142,7 +154,7 @@ def test_continue_refuses_a_file_deleted_upstream_until_resolved(history, projec
     with pytest.raises(InvalidInput, match=r"patch beta is not resolved: b\.py \(deleted upstream") as refused:
         rebase.resume(project, RELEASE, series(history))
     assert "git rm FILE" in refused.value.hint and "git add FILE" in refused.value.hint
-    assert rebase.in_progress(project, [RELEASE])  # still stopped, nothing taken
+    assert rebase_state.in_progress(project, [RELEASE])  # still stopped, nothing taken
     if resolution == "edit":
         (stopped.worktree / "b.py").write_text(left.replace("b line 1\n", "b line 1 kept, ported by hand\n"))
     else:

@@ -108,3 +108,22 @@ def test_safe_reading_refuses_duplicates_and_empty_files(tmp_path):
     path.write_bytes(b"a: \xff\n")
     with pytest.raises(InvalidInput, match=r"d.yaml: not UTF-8"):
         y.read_document(path)
+
+
+def test_a_json_document_is_read_by_the_same_readers(tmp_path):
+    """plain_document: what json.loads gave, without lines; Text takes only strings (quoted in YAML)."""
+    schema = y.Mapping({"commit": y.Text("a commit id", non_empty=True), "url": y.Text("a URL"), "left": y.Optional(y.Text("a blob"))})
+    path = tmp_path / "state.json"
+    assert schema.read(y.plain_document(path, {"commit": "abc", "url": "", "left": None})) == {"commit": "abc", "url": "", "left": None}
+    for data, problem in (({"commit": 1, "url": ""}, "commit: expected a commit id as a non-empty string, got '1'"),
+                          ({"commit": "", "url": ""}, "commit: expected a commit id as a non-empty string, got ''"),
+                          ({"commit": "a", "url": True}, "url: expected a URL as a string, got 'true'"),
+                          ({"commit": "a", "url": "", "extra": 1}, "extra: unknown key")):
+        with pytest.raises(InvalidInput) as caught:
+            schema.read(y.plain_document(path, data))
+        assert caught.value.message.startswith(f"{path}: {problem}")
+    (tmp_path / "quoted.yaml").write_text('commit: "2"\nurl: x\n')
+    assert y.load(tmp_path / "quoted.yaml", schema)["commit"] == "2"
+    (tmp_path / "plain.yaml").write_text("commit: 2\nurl: x\n")
+    with pytest.raises(InvalidInput, match=r"plain.yaml:1: commit: expected a commit id"):
+        y.load(tmp_path / "plain.yaml", schema)

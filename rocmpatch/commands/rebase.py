@@ -1,16 +1,18 @@
+"""`rocmpatch rebase --onto REF | --continue | --abort [--into NEW] [--report [--json]]`: the options
+checked against each other, rocmpatch.operations.rebasing called, its outcome printed."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from rich.markup import escape
 
-from rocmpatch import series, store
-from rocmpatch.operations import rebase, rebase_report, rebase_results
-from rocmpatch.operations.rebase_conflicts import RESOLVE_HINT
 from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, err, out
-from rocmpatch.errors import ExitCode, TargetRefused, UsageError
-from rocmpatch.schema import is_release_name
+from rocmpatch.errors import ExitCode, UsageError
+from rocmpatch.operations import rebase, rebase_report, rebasing
+from rocmpatch.operations.rebase_conflicts import RESOLVE_HINT
+from rocmpatch.operations.rebase_state import Outcome
 from rocmpatch.tables import Table
 
 
@@ -26,35 +28,21 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     if as_json and not report:
         raise UsageError("--json goes with --report", hint="rocmpatch rebase --onto REF --report --json")
     if report:
-        return _report(onto, upstream_url, series_dir, release, overlay, as_json)
-    patchsets, named = series.find_patchsets(series_dir)
-    project = patchsets.lock_path.parent
-    if onto:
-        loaded = load_selected(series_dir, release, overlay)
-        location = loaded.location
-        if into:
-            _check_new_release(patchsets, into)
-    else:
-        location = patchsets.location(_stopped_release(project, patchsets, release or named))
+        return _report(rebasing.report(load_selected(series_dir, release, overlay), onto, upstream_url=upstream_url), onto, as_json)
     if abort:
-        directory = rebase.abort(project, location.release)
-        out.print(f"rebase of {location.release} aborted: removed {directory}; the series, the overlay and their locks are as they were", markup=False)
+        stopped, directory = rebasing.abort(series_dir, release)
+        out.print(f"rebase of {stopped} aborted: removed {directory}; the series, the overlay and their locks are as they were", markup=False)
         return ExitCode.OK
     if resume:
-        loaded = series.load(location, overlay=_stopped_overlay(project, location.release, overlay))
-        result = rebase.resume(project, location.release, list(loaded.patches))
+        carried = rebasing.resume(series_dir, release, overlay)
     else:
-        lock = loaded.locked()
-        url = store.upstream_url(lock.upstream, upstream_url)
-        repo, commits = store.history_repo(url, [lock.upstream.commit, onto])
-        result = rebase.start(project, location.release, repo, lock.upstream.commit, commits[onto], onto, list(loaded.patches), url=url, into=into,
-                              overlay=loaded.overlay.directory if loaded.overlay else None)
+        carried = rebasing.start(load_selected(series_dir, release, overlay), onto, upstream_url=upstream_url, into=into)
+    result, loaded = carried.result, carried.loaded
     out.print(_table(result.outcomes))
     if isinstance(result, rebase.Stopped):
-        _explain(result, location.release)
+        _explain(result, loaded.location.release)
         return ExitCode.PATCH_CONFLICT
-    written = rebase_results.write_results(loaded, result)
-    rebase.finish(project, location.release)
+    written = rebasing.write(loaded, result)
     out.print(f"{written.release}: the series now applies to {result.onto_ref} ({result.onto[:12]}); "
               f"patch files in {written.series_dir} and its entry in {written.lock_path.name} written", markup=False)
     if loaded.overlay is not None:
@@ -62,12 +50,8 @@ def run(*, onto: str | None, resume: bool, abort: bool, upstream_url: str | None
     return ExitCode.OK
 
 
-def _report(onto: str, upstream_url: str | None, series_dir: Path | None, release: str | None, overlay: Path | None, as_json: bool) -> ExitCode:
+def _report(found: rebase_report.RebaseReport, onto: str, as_json: bool) -> ExitCode:
     """Exit 0 whatever the patches do: conflicts are the report's answer, not the command's failure."""
-    loaded = load_selected(series_dir, release, overlay)
-    lock = loaded.locked()
-    repo, commits = store.history_repo(store.upstream_url(lock.upstream, upstream_url), [lock.upstream.commit, onto])
-    found = rebase_report.report(repo, loaded.location.release, lock.upstream.commit, commits[onto], onto, list(loaded.patches))
     if as_json:
         emit_json(found.to_json())
         return ExitCode.OK
@@ -86,35 +70,7 @@ def _report(onto: str, upstream_url: str | None, series_dir: Path | None, releas
     return ExitCode.OK
 
 
-def _stopped_overlay(project: Path, release: str, given: Path | None) -> series.LoadedOverlay | None:
-    """The overlay the stopped rebase carries (it goes on with the same one; another is refused)."""
-    carried = rebase.stopped_overlay(project, release)
-    if given is not None and (carried is None or given.expanduser().absolute() != carried):
-        raise UsageError(f"the stopped rebase of {release} carries {'the overlay ' + str(carried) if carried else 'no overlay'}, not {given}",
-                         hint="go on with the overlay it started with (drop --overlay), or 'rocmpatch rebase --abort' and start again")
-    return series.load_overlay(carried) if carried is not None else None
-
-
-def _check_new_release(patchsets: series.Patchsets, into: str) -> None:
-    if not is_release_name(into):
-        raise UsageError(f"--into: {into!r} is not a valid release name", hint="a folder name such as core_v0.20.0")
-    folder = patchsets.location(into).series_dir
-    if folder.exists():
-        raise UsageError(f"--into: {folder} already exists", hint="choose a new release name, or rebase that release itself with --release")
-
-
-def _stopped_release(project: Path, patchsets: series.Patchsets, asked: str | None) -> str:
-    stopped = rebase.in_progress(project, patchsets.releases())
-    if asked:
-        return asked
-    if len(stopped) == 1:
-        return stopped[0]
-    if not stopped:
-        raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
-    raise UsageError(f"rebases of {', '.join(stopped)} are in progress", hint="say which with --release NAME")
-
-
-def _table(outcomes: list[rebase.Outcome]) -> Table:
+def _table(outcomes: list[Outcome]) -> Table:
     table = Table("patch", "result", "conflicts", title="rebase", whole=("patch", "conflicts"))
     styles = {rebase.CLEAN: "green", rebase.MERGED: "cyan", rebase.RESOLVED: "cyan", rebase.OBSOLETE: "yellow", rebase.CONFLICT: "red"}
     for item in outcomes:

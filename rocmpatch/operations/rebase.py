@@ -11,7 +11,7 @@ stops the rebase ("conflict"):
   project, or `.rocmpatch-rebase-<release>/` outside git), so rebases of two releases can be in
   progress at once: a scratch bare repository that borrows the upstream's objects, a worktree
   holding the merge (conflicted paths unmerged in its index, as `git merge` leaves them), and
-  state.json, which records each conflicted path and what the stop left there;
+  state.json (rebase_state), which records each conflicted path and what the stop left there;
 * `--continue` takes the worktree's files as patch i and goes on, once every conflicted path is
   resolved (rebase_conflicts); `--abort` deletes the directory.
 
@@ -31,58 +31,20 @@ are rewritten too (for the release written: --into's, or the release itself).
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocmpatch import gitcmd, patch_header
-from rocmpatch.operations.rebase_conflicts import OTHER, Conflict, conflicts_of, refuse_unresolved
-from rocmpatch.errors import (
-    Busy,
-    CheckFailed,
-    InvalidInput,
-    PatchConflict,
-    RocmpatchError,
-    TargetRefused,
-)
-from rocmpatch.files import MAX_TEXT_FILE, read_regular_file, replace_file
+from rocmpatch.errors import Busy, CheckFailed, PatchConflict, TargetRefused
 from rocmpatch.gitcmd import Identity
+from rocmpatch.operations.rebase_conflicts import OTHER, Conflict, conflicts_of, refuse_unresolved
+from rocmpatch.operations.rebase_state import Outcome, State, load, not_started, save, state_dir
 from rocmpatch.schema import SeriesEntry
 from rocmpatch.series import OVERLAY, LoadedPatch
 from rocmpatch.trees import SeriesApplier
 
-STATE_NAME = "rocmpatch-rebase"
 CLEAN, MERGED, CONFLICT, RESOLVED, OBSOLETE = "applied clean", "merged", "conflict", "resolved", "dropped as obsolete"
-
-
-@dataclass
-class Outcome:
-    name: str
-    result: str  # CLEAN, MERGED, CONFLICT (stopped here), RESOLVED or OBSOLETE
-    files: list[str] = field(default_factory=list)  # the conflicted files
-
-
-@dataclass
-class State:
-    """What a stopped rebase needs to go on; saved as state.json."""
-
-    onto: str
-    onto_ref: str
-    url: str  # where the upstream came from (written into nothing; the new lock keeps its url)
-    into: str | None  # the new release the result is written as; None: rewrite the release itself
-    source_objects: str  # the upstream object directory the scratch repository borrows
-    series_sha256: dict[str, str]  # patch file -> sha256 when the rebase began (edits are refused)
-    originals: list[str]  # ORIG(i) commits, i = 1..n, in the scratch repository
-    tip: str  # NEW(done)
-    rebased: list[str | None] = field(default_factory=list)  # per finished patch: its commit, or None if dropped
-    outcomes: list[Outcome] = field(default_factory=list)
-    overlay: str | None = None  # the overlay folder whose patches follow the release's, if any
-    conflicts: list[Conflict] = field(default_factory=list)  # at a stop: each conflicted path, to be resolved
-
-    @property
-    def done(self) -> int:
-        return len(self.rebased)
 
 
 @dataclass
@@ -107,20 +69,6 @@ class Stopped:
     conflicts: list[Conflict]
 
 
-def state_dir(project: Path, release: str) -> Path:
-    """Inside the project's .git when the project is a git checkout (never committed by accident)."""
-    name = f"{STATE_NAME}-{release}"
-    try:
-        return Path(gitcmd.run(project, "rev-parse", "--path-format=absolute", "--git-path", name))
-    except RocmpatchError:  # not a git checkout
-        return project / f".{name}"
-
-
-def in_progress(project: Path, releases: list[str]) -> list[str]:
-    """Those of `releases` with a stopped rebase."""
-    return [r for r in releases if (state_dir(project, r) / "state.json").is_file()]
-
-
 def start(project: Path, release: str, source: gitcmd.Repo, pin: str, onto: str, onto_ref: str, patches: list[LoadedPatch],
           *, url: str = "", into: str | None = None, overlay: Path | None = None) -> Finished | Stopped:
     directory = state_dir(project, release)
@@ -141,7 +89,7 @@ def start(project: Path, release: str, source: gitcmd.Repo, pin: str, onto: str,
 
 
 def resume(project: Path, release: str, patches: list[LoadedPatch]) -> Finished | Stopped:
-    directory, state = _load(project, release)
+    directory, state = load(project, release)
     if _sha256s(patches) != state.series_sha256:
         raise TargetRefused("the series changed while the rebase was stopped", hint="restore the patch files, or run 'rocmpatch rebase --abort'")
     work = gitcmd.open_repo(directory / "objects.git")
@@ -160,7 +108,7 @@ def resume(project: Path, release: str, patches: list[LoadedPatch]) -> Finished 
 def abort(project: Path, release: str) -> Path:
     directory = state_dir(project, release)
     if not directory.exists():
-        raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
+        raise not_started()
     shutil.rmtree(directory)
     return directory
 
@@ -228,7 +176,7 @@ def _carry(directory: Path, work: gitcmd.Repo, state: State, patches: list[Loade
         state.conflicts = conflicts_of(work, tried.merge)
         worktree = directory / "worktree"
         gitcmd.add_worktree(work, worktree, state.tip, tried.tree, tried.merge)
-        _save(directory, state)
+        save(directory, state)
         return Stopped(item.name, list(tried.merge.conflicts), worktree, state.outcomes, state.conflicts)
     texts: dict[str, str | None] = {}
     for item, commit in zip(patches, state.rebased):
@@ -285,52 +233,6 @@ def _sha256s(patches: list[LoadedPatch]) -> dict[str, str]:
     return {(f"overlay/{p.entry.file}" if p.layer == OVERLAY else p.entry.file): p.sha256 for p in patches}
 
 
-def stopped_overlay(project: Path, release: str) -> Path | None:
-    """The overlay folder a stopped rebase of `release` carries, if any."""
-    overlay = _load(project, release)[1].overlay
-    return Path(overlay) if overlay else None
-
-
 def _remove_worktree(work: gitcmd.Repo, worktree: Path) -> None:
     shutil.rmtree(worktree)
     gitcmd.run(work, "worktree", "prune")
-
-
-def _save(directory: Path, state: State) -> None:
-    replace_file(directory / "state.json", json.dumps(asdict(state), indent=2).encode("utf-8"))
-
-
-def _load(project: Path, release: str) -> tuple[Path, State]:
-    directory = state_dir(project, release)
-    path = directory / "state.json"
-    if not path.is_file():
-        raise TargetRefused("no rebase in progress", hint="start one with 'rocmpatch rebase --onto REF'")
-    try:
-        data = json.loads(read_regular_file(path, limit=MAX_TEXT_FILE, what="rebase state"))
-        data["outcomes"] = [Outcome(**o) for o in data["outcomes"]]
-        data["conflicts"] = [Conflict(**c) for c in data.get("conflicts", [])]
-        data.setdefault("into", None)
-        data.setdefault("overlay", None)
-        state = State(**data)
-        _check_types(state)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSON, missing or unknown keys, wrong types
-        raise InvalidInput(path, f"not a rebase state rocmpatch wrote ({type(exc).__name__}: {exc})",
-                           hint="run 'rocmpatch rebase --abort' (the series and upstream.lock are as they were), then start again") from None
-    return directory, state
-
-
-def _check_types(state: State) -> None:
-    """ValueError when a field of a loaded state.json has the wrong type (JSON gives any)."""
-    text = (state.onto, state.onto_ref, state.url, state.source_objects, state.tip)
-    if not all(isinstance(value, str) for value in text) or not all(isinstance(v, (str, type(None))) for v in (state.into, state.overlay)):
-        raise ValueError("a text field is not a string")
-    if not isinstance(state.series_sha256, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in state.series_sha256.items()):
-        raise ValueError("series_sha256 is not a map of strings")
-    if not isinstance(state.originals, list) or not all(isinstance(c, str) for c in state.originals):
-        raise ValueError("originals is not a list of commits")
-    if not isinstance(state.rebased, list) or not all(isinstance(c, (str, type(None))) for c in state.rebased):
-        raise ValueError("rebased is not a list of commits")
-    if not state.outcomes or not all(isinstance(o.name, str) and isinstance(o.result, str) and isinstance(o.files, list) for o in state.outcomes):
-        raise ValueError("outcomes is empty or malformed")
-    if not all(isinstance(c.path, str) and isinstance(c.kind, str) and isinstance(c.left, (str, type(None))) for c in state.conflicts):
-        raise ValueError("conflicts is malformed")

@@ -240,7 +240,7 @@ def test_rebase_into_a_new_release_moves_the_overlay_there(cli, overlay, project
 def test_a_stopped_rebase_goes_on_with_its_overlay(cli, tmp_path, upstream, project):
     """The overlay's patch conflicts with upstream's later change; --continue takes the resolution
     and writes the overlay, whose lock then names the new pin's tree."""
-    from rocmpatch.operations import rebase
+    from rocmpatch.operations import rebase_state
     from tests.fixtures import MODULE_B, commit_all
 
     changed = replace_line(MODULE_B, "return 7\n", "return 70\n")
@@ -250,7 +250,7 @@ def test_a_stopped_rebase_goes_on_with_its_overlay(cli, tmp_path, upstream, proj
     result = cli("rebase", "--onto", newer, "--upstream-url", upstream.url, "--overlay", str(overlay))
     assert result.exit_code == ExitCode.PATCH_CONFLICT, result.output
     assert "patch framework-fix conflicts in: pkg/b.py" in result.stderr
-    worktree = rebase.state_dir(project.series_dir.parent.parent, "test_v1") / "worktree"
+    worktree = rebase_state.state_dir(project.series_dir.parent.parent, "test_v1") / "worktree"
     b = worktree / "pkg/b.py"
     text = b.read_text()
     start, end = text.index("<<<<<<< "), text.index(">>>>>>> ")

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from rocmpatch import gitcmd, patch_header
-from rocmpatch.operations import rebase
+from rocmpatch.operations import rebase_state
 from rocmpatch.cli import app
 from rocmpatch.schema import load_series
 from tests.fixtures import RELEASE, location_of, lock_of
@@ -39,7 +39,7 @@ def test_conflict_then_continue_rewrites_the_series_and_the_lock(history):
     assert result.exit_code == 4, result.output
     assert "alpha" in result.output and "rocmpatch rebase --continue" in result.output
     assert snapshot(history.project) == before  # nothing written while stopped
-    worktree = rebase.state_dir(history.project, RELEASE) / "worktree"
+    worktree = rebase_state.state_dir(history.project, RELEASE) / "worktree"
     resolve_alpha(worktree)
     result = invoke(history, "--continue")
     assert result.exit_code == 0, result.output
@@ -55,7 +55,7 @@ def test_conflict_then_continue_rewrites_the_series_and_the_lock(history):
     # series.yaml is the source of a patch's words: its entries are kept, the rewritten header follows them.
     assert list(load_series(history.series_dir).entries) == [entries[name] for name in ("alpha", "mod", "beta")]
     assert mod.startswith(patch_header.render(entries["mod"]))
-    assert not rebase.in_progress(history.project, [RELEASE])
+    assert not rebase_state.in_progress(history.project, [RELEASE])
     # The rewritten series passes the engine's own checks against the new pin.
     runner = CliRunner()
     common = ["--series-dir", str(history.series_dir), "--upstream-url", str(history.repo)]
@@ -69,7 +69,7 @@ def test_abort_changes_nothing(history):
     result = invoke(history, "--abort")
     assert result.exit_code == 0, result.output
     assert snapshot(history.project) == before
-    assert not rebase.state_dir(history.project, RELEASE).exists()
+    assert not rebase_state.state_dir(history.project, RELEASE).exists()
 
 
 def test_exactly_one_action(history):
@@ -79,7 +79,7 @@ def test_exactly_one_action(history):
 
 def test_continue_refuses_an_unresolved_conflict_in_one_line(history):
     assert invoke(history, "--onto", "main").exit_code == 4
-    worktree = rebase.state_dir(history.project, RELEASE) / "worktree"
+    worktree = rebase_state.state_dir(history.project, RELEASE) / "worktree"
     result = invoke(history, "--continue")
     assert result.exit_code == 3, result.output
     error = [line for line in result.stderr.splitlines() if line.startswith("rocmpatch: error:")]
@@ -96,7 +96,7 @@ def test_report_tries_every_patch_and_writes_nothing(history):
     assert "4 patches: 1 exact, 2 3-way, 1 conflict" in result.stdout
     assert "a.py (both changed)" in result.stdout and "upstream has it" in result.stdout
     assert snapshot(history.project) == before
-    assert not rebase.state_dir(history.project, RELEASE).exists()
+    assert not rebase_state.state_dir(history.project, RELEASE).exists()
 
 
 def test_report_json(history):
@@ -112,9 +112,9 @@ def test_report_json(history):
 
 def test_report_runs_beside_a_stopped_rebase(history):
     assert invoke(history, "--onto", "main").exit_code == 4
-    state = (rebase.state_dir(history.project, RELEASE) / "state.json").read_bytes()
+    state = (rebase_state.state_dir(history.project, RELEASE) / "state.json").read_bytes()
     assert invoke(history, "--onto", "main", "--report").exit_code == 0
-    assert (rebase.state_dir(history.project, RELEASE) / "state.json").read_bytes() == state
+    assert (rebase_state.state_dir(history.project, RELEASE) / "state.json").read_bytes() == state
 
 
 @pytest.mark.parametrize("args", [["--report"], ["--continue", "--report"], ["--onto", "main", "--report", "--into", "test_v2"],

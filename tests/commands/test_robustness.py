@@ -199,9 +199,9 @@ def test_a_tilde_is_the_home_directory_for_every_command(cli, tmp_path, monkeypa
 
 @pytest.mark.parametrize("text", [b"{not json", b"[]", b"{}", b'{"onto": 1}', b"\xff\xfe", b'{"outcomes": [1]}'])
 def test_corrupt_rebase_state_is_invalid_input(cli, project, text):
-    from rocmpatch.operations import rebase
+    from rocmpatch.operations import rebase_state
 
-    state = rebase.state_dir(project.lock_path.parent, project.release) / "state.json"
+    state = rebase_state.state_dir(project.lock_path.parent, project.release) / "state.json"
     state.parent.mkdir(parents=True)
     state.write_bytes(text)
     result = cli("rebase", "--continue")
