@@ -16,6 +16,12 @@ ARGUMENTS_START = re.compile(r"^-+ arguments -+$")
 ARGUMENTS_END = re.compile(r"^-+ end of arguments -+$")
 
 
+def refuse_log_inside(log: Path, target: Path) -> None:
+    """UsageError for a --log FILE inside the checkout: verify would count it as an edit."""
+    if log.resolve().is_relative_to(target.resolve()):
+        raise UsageError(f"--log {log}: inside the checkout {target}", hint="write the log outside the tree (verify counts any file in it as an edit)")
+
+
 class RunOutput:
     """The on_line of launchers.run for a training run (lines come from two reader threads)."""
 
