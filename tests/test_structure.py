@@ -190,6 +190,27 @@ def test_a_module_exports_only_what_it_defines():
     assert borrowed == {}
 
 
+# A command parses, calls core functions, prints and returns an exit code: it runs nothing itself.
+NOT_IN_COMMANDS = ("rocmpatch.gitcmd", "rocmpatch.moves", "rocmpatch.patching", "rocmpatch.trees", "rocmpatch.yamlio",
+                   "subprocess", "shutil", "yaml", "json")
+COMMAND_LINES = 130  # the longest command (smoke: its stage lines and the summary) has 122
+
+
+def test_commands_are_thin():
+    found = {}
+    for name, path in modules().items():
+        if not name.startswith("rocmpatch.commands"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        used |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+        wrong = sorted(u for u in used if any(u == banned or u.startswith(banned + ".") for banned in NOT_IN_COMMANDS))
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if wrong or lines > COMMAND_LINES:
+            found[name] = (wrong, lines)
+    assert found == {}, "move the work into rocmpatch/operations (or the feature's package); the command only prints its result"
+
+
 def test_only_the_table_module_builds_rich_tables():
     """Rich cuts a cell with an ellipsis; rocmpatch.tables.Table never cuts what a user copies."""
     direct = [name for name, path in modules().items()

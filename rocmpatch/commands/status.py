@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmpatch import gitcmd
 from rocmpatch.operations import series_status
 from rocmpatch.commands import load_selected, patch_label
 from rocmpatch.console import emit_json, out
@@ -10,18 +9,10 @@ from rocmpatch.errors import ExitCode, TargetRefused
 from rocmpatch.tables import Table
 
 
-def _descends_from(target: Path, pin: str, head: str | None) -> bool:
-    """Whether HEAD is the pin or a descendant (the user committed on it): a checkout of the release."""
-    if head is None:
-        return False
-    repo = gitcmd.open_repo(target)
-    return gitcmd.has_object(repo, pin) and gitcmd.is_ancestor(repo, pin, head)
-
-
 def run(*, target: Path, series_dir: Path | None, as_json: bool, release: str | None = None, overlay: Path | None = None) -> ExitCode:
     loaded = load_selected(series_dir, release, overlay, target=target)
     report = series_status.status(loaded, target)
-    foreign = not report.at_pin and not _descends_from(target, report.pin, report.head)
+    foreign = not report.at_pin and not series_status.descends_from(target, report.pin, report.head)
     if as_json:
         emit_json(report.to_json())
         return ExitCode.TARGET_REFUSED if foreign else ExitCode.OK

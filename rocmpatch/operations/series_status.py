@@ -86,3 +86,11 @@ def status(loaded: LoadedSeries, directory: Path) -> StatusReport:
         report.patches.append(item)
     report.foreign_overlay = [a.name for a in state.applied[len(loaded.patches):] if a.layer == OVERLAY]
     return report
+
+
+def descends_from(directory: Path, pin: str, head: str | None) -> bool:
+    """Whether HEAD is the pin or a descendant (the user committed on it): a checkout of the release."""
+    if head is None:
+        return False
+    repo = gitcmd.open_repo(directory)
+    return gitcmd.has_object(repo, pin) and gitcmd.is_ancestor(repo, pin, head)
