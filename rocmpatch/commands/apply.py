@@ -4,7 +4,7 @@ from pathlib import Path
 
 from rocmpatch.operations import applying
 from rocmpatch.commands import load_selected, patch_label, recovered_line
-from rocmpatch.console import out
+from rocmpatch.console import note, out
 from rocmpatch.errors import ExitCode
 from rocmpatch.series import RELEASE
 
@@ -13,6 +13,8 @@ def run(*, target: Path, upstream_url: str | None, series_dir: Path | None, dry_
         overlay: Path | None = None) -> ExitCode:
     loaded = load_selected(series_dir, release, overlay, target=target)
     result = applying.apply(loaded, target, url_override=upstream_url, dry_run=dry_run)
+    if result.unwritable_cache is not None:
+        note(f"the cache entry {result.unwritable_cache} is not writable: the series is applied in the new target instead (slower each time)")
     if result.recovered:
         out.print(recovered_line(result.recovered), markup=False)
     verb = "would apply" if dry_run else "applied"

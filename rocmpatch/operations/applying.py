@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmpatch import gitcmd, history, moves, statcache, store, target
-from rocmpatch.console import note
 from rocmpatch.interrupts import mark_done
 from rocmpatch.errors import EnvironmentProblem, InvalidInput, TargetRefused, UpstreamError
 from rocmpatch.files import current_umask
@@ -36,6 +35,7 @@ class ApplyResult:
     recovered: moves.Recovered | None = None  # an interrupted operation this run finished (or rolled back) first
     head: str | None = None
     dry_run: bool = False
+    unwritable_cache: Path | None = None  # the cache entry could not keep the series: applied in the new target instead
 
 
 def apply(loaded: LoadedSeries, directory: Path, *, url_override: str | None = None, dry_run: bool = False) -> ApplyResult:
@@ -74,6 +74,8 @@ def _apply_new(loaded: LoadedSeries, lock: Lock, directory: Path, url_override: 
         return result
     moves.refuse_unwritable_names(directory, sorted({path for patch in loaded.patches for path in patch.patch.paths}))
     series_head = _kept_series_head(cache, loaded, lock)
+    if series_head is None:
+        result.unwritable_cache = gitcmd.git_dir(cache)
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(directory)
     # The owner's pid in the name tells a later run whether this is a leftover of a dead process.
@@ -125,7 +127,7 @@ def _check_new_target(repo: gitcmd.Repo, cache: gitcmd.Repo, patched_tree: str, 
 
 def _kept_series_head(cache: gitcmd.Repo, loaded: LoadedSeries, lock: Lock) -> str | None:
     """The pin plus the whole series as commits in the cache (made by the first new target, reused
-    by every later one); None, said on stderr, when the cache cannot be written."""
+    by every later one); None when the cache cannot be written."""
     pin = lock.upstream.commit
 
     def commit_series(repo: gitcmd.Repo) -> str:
@@ -134,10 +136,7 @@ def _kept_series_head(cache: gitcmd.Repo, loaded: LoadedSeries, lock: Lock) -> s
             head = history.commit_patch(repo, step.patch, step.tree, head, pin)
         return head
 
-    head = store.series_head(cache, history.series_key(loaded.patches, pin), loaded.patched_tree, commit_series)
-    if head is None:
-        note(f"the cache entry {gitcmd.git_dir(cache)} is not writable: the series is applied in the new target instead (slower each time)")
-    return head
+    return store.series_head(cache, history.series_key(loaded.patches, pin), loaded.patched_tree, commit_series)
 
 
 def _done(directory, head: str | None) -> None:
