@@ -12,7 +12,6 @@ from pathlib import Path
 import yaml
 
 from rocmpatch import yamlio as y
-from rocmpatch.yamlio import YAML_LOADER  # noqa: F401 - rebase composes series.yaml with the same loader
 
 SERIES_FILE = "series.yaml"
 RELEASE_FILE = "release.yaml"  # beside series.yaml: what rocmpatch knows of the release beyond its patches

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from rocmpatch import yamlio
 from rocmpatch.errors import CheckFailed
 from rocmpatch.files import replace_file
 from rocmpatch.operations import locking
 from rocmpatch.operations.rebase import Finished
-from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, YAML_LOADER, OverlayLock, Series
+from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, OverlayLock, Series
 from rocmpatch.series import LoadedOverlay, LoadedPatch, LoadedSeries, Location, loaded_patch
 
 
@@ -32,7 +31,7 @@ def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
     if overlay is None and new_lock.patched_tree != finished.tree:
         raise CheckFailed(f"the refreshed series gives tree {new_lock.patched_tree}, the rebase made {finished.tree}", hint="nothing was written; please report this")
     dropped = {p.name for p in loaded.release_patches if finished.texts[p.name] is None}
-    series_text = without_entries((loaded.series.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
+    series_text = without_entries(loaded.series.directory / SERIES_FILE, dropped)
     destination.series_dir.mkdir(parents=True, exist_ok=True)
     for patch in kept:
         replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
@@ -43,8 +42,7 @@ def write_results(loaded: LoadedSeries, finished: Finished) -> Location:
             if patch.name in dropped:
                 patch.path.unlink()
     elif (loaded.location.series_dir / RELEASE_FILE).is_file():
-        old_info = (loaded.location.series_dir / RELEASE_FILE).read_text(encoding="utf-8")
-        replace_file(destination.series_dir / RELEASE_FILE, carried_release_info(old_info, loaded.location.release).encode("utf-8"))
+        replace_file(destination.series_dir / RELEASE_FILE, carried_release_info(loaded.location.series_dir / RELEASE_FILE, loaded.location.release).encode("utf-8"))
     locking.write(destination, new_lock)
     if overlay is not None:
         _write_overlay(loaded.overlay, *overlay, finished)
@@ -80,7 +78,7 @@ def _write_overlay(old: LoadedOverlay, carried: LoadedOverlay, lock: OverlayLock
         replace_file(patch.path, patch.text.encode("utf-8", "surrogateescape"))
     dropped = {p.name for p in old.patches if finished.texts[p.name] is None}
     if dropped:
-        text = without_entries((old.directory / SERIES_FILE).read_text(encoding="utf-8"), dropped)
+        text = without_entries(old.directory / SERIES_FILE, dropped)
         replace_file(old.directory / SERIES_FILE, text.encode("utf-8"))
         for patch in old.patches:
             if patch.name in dropped:
@@ -91,7 +89,7 @@ def _write_overlay(old: LoadedOverlay, carried: LoadedOverlay, lock: OverlayLock
 NOT_CARRIED = ("default", "wheel", "validated")  # the new release is not the default, has its own wheel, ran nowhere yet
 
 
-def carried_release_info(text: str, source_release: str) -> str:
+def carried_release_info(path: Path, source_release: str) -> str:
     """release.yaml for a release started from `source_release`: its smoke profile, install block and
     upstream test profile (and comments) kept, since the new tree most likely needs the same, but not
     `default:` (one release is the default), `wheel:` (the old tree's bytes) or `validated:` records
@@ -100,7 +98,7 @@ def carried_release_info(text: str, source_release: str) -> str:
                    "# it against this tree's layout); add this tree's test wheel (docs/adding-a-release.md); nothing\n"
                    "# has been validated on this tree yet.\n"
                    "validated: []\n")
-    root = yaml.compose(text, Loader=YAML_LOADER)
+    text, root = _composed(path)
     lines = text.splitlines(keepends=True)
     pairs = root.value if root is not None and isinstance(root.value, list) else []
     keys = [key for key, _ in pairs]
@@ -125,11 +123,11 @@ def _line_span(starts: list, index: int, last) -> tuple[int, int]:
     return starts[index].start_mark.line, last.end_mark.line + (last.end_mark.column > 0)
 
 
-def without_entries(text: str, names: set[str]) -> str:
-    """series.yaml with the entries named `names` cut out, everything else (comments too) kept."""
+def without_entries(path: Path, names: set[str]) -> str:
+    """series.yaml's text with the entries named `names` cut out, everything else (comments too) kept."""
+    text, root = _composed(path)
     if not names:
         return text
-    root = yaml.compose(text, Loader=YAML_LOADER)
     items = dict((k.value, v) for k, v in root.value)["series"].value
     lines = text.splitlines(keepends=True)
     cut: set[int] = set()
@@ -138,3 +136,8 @@ def without_entries(text: str, names: set[str]) -> str:
         if name in names:
             cut.update(range(*_line_span(items, index, item)))
     return "".join(line for number, line in enumerate(lines) if number not in cut)
+
+
+def _composed(path: Path):
+    """The file's text and its YAML document composed by yamlio (safe reading; nodes with their marks)."""
+    return path.read_text(encoding="utf-8"), yamlio.compose(path)
