@@ -33,7 +33,8 @@ from pathlib import Path
 from rocmpatch import gitcmd, target
 from rocmpatch.errors import NO_SPACE_HINT, Busy, EnvironmentProblem, MoveFailed, RocmpatchError, TargetRefused
 from rocmpatch.files import NEARLY_FULL, NOFOLLOW, free_bytes, replace_file
-from rocmpatch.target import interruption_point, journal_path, pending
+from rocmpatch.processes import interruption_point
+from rocmpatch.target import journal_path, pending
 
 HOLDER_SUFFIX = ".rocmpatch-holder"  # .git/rocmpatch/index.lock.<pid>.rocmpatch-holder, linked to .git/index.lock
 

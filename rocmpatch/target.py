@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 from rocmpatch import gitcmd
 from rocmpatch.errors import TargetRefused, UsageError, shown
 from rocmpatch.files import file_lock
-from rocmpatch.processes import interruption_point  # noqa: F401  (the place callers know it by)
+from rocmpatch.processes import interruption_point
 
 LOCK_WAIT_VARIABLE = "ROCMPATCH_LOCK_WAIT"
 DEFAULT_LOCK_WAIT = 5.0

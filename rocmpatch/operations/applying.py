@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rocmpatch import gitcmd, history, moves, statcache, store, target
 from rocmpatch.interrupts import mark_done
+from rocmpatch.processes import interruption_point
 from rocmpatch.errors import EnvironmentProblem, InvalidInput, TargetRefused, UpstreamError
 from rocmpatch.files import current_umask
 from rocmpatch.schema import Lock
@@ -141,7 +142,7 @@ def _kept_series_head(cache: gitcmd.Repo, loaded: LoadedSeries, lock: Lock) -> s
 
 def _done(directory, head: str | None) -> None:
     mark_done(f"{directory} is at the pin plus the series (HEAD {head})")
-    target.interruption_point("applied")
+    interruption_point("applied")
 
 
 PARTIAL_SUFFIX = ".rocmpatch-partial"
@@ -205,7 +206,7 @@ def _apply_existing(repo: gitcmd.Repo, loaded: LoadedSeries, lock: Lock, result:
     new_head = head
     for step in steps:
         new_head = history.commit_patch(repo, step.patch, step.tree, new_head, pin)
-        target.interruption_point("commit-created")
+        interruption_point("commit-created")
     moves.move(repo, head, new_head, "apply")
     result.head = new_head
     if not result.created:  # a new target is done only once renamed into place
