@@ -162,7 +162,7 @@ def reached(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 # What torchrun starts once per GPU: each imports what it runs, nothing of the parent's orchestration.
-WORKERS = ("rocmpatch.smoke.script", "rocmpatch.preflight.__main__")
+WORKERS = ("rocmpatch.smoke.script", "rocmpatch.smoke.collectives_worker", "rocmpatch.preflight.__main__")
 ORCHESTRATION = ("rocmpatch.cli", "rocmpatch.commands", "rocmpatch.operations", "rocmpatch.launchers", "rocmpatch.smoke.runner",
                  "rocmpatch.smoke.launch", "rocmpatch.smoke.supervise", "rocmpatch.recipes", "rocmpatch.gitcmd")
 
