@@ -31,7 +31,7 @@ from rocmpatch.megatron_args import flag_value
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, step, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 from rocmpatch.smoke.profile import SmokeProfile, TrainProfile, TrainRun
-from rocmpatch.smoke.train_args import pretrain_args, profile_for, tensor_parallel_size
+from rocmpatch.smoke.train_args import layout_for, pretrain_args, profile_for
 
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
 ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
@@ -170,8 +170,7 @@ def train_once(config: dict[str, Any], train: TrainProfile, one: TrainRun, preci
                            nvidia_only=bool(missing and is_nvidia_only(missing)), last_output=outcome.tail)
     losses = [s["loss"] for s in steps]
     timed = [s["ms"] for s in steps[2:] if not math.isnan(s["ms"])] or [s["ms"] for s in steps]
-    tokens = profile.micro_batch_size * (world // tensor_parallel_size(world, profile.num_attention_heads)) \
-        * profile.seq_length
+    tokens = profile.micro_batch_size * layout_for(profile, world).dp * profile.seq_length
     ms = statistics.median(timed)
     run.update(first_loss=losses[0], last_loss=losses[-1], ms_per_iteration=ms,
                tokens_per_s=round(tokens / (ms / 1000.0)) if ms > 0 else None)
@@ -208,13 +207,13 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         more = "".join(f"; {other.detail}" for other in failures[1:])
         raise StageFailure(first.detail + more, **first.extra, runs=runs)
     profile = profile_for(platform)
-    tp = tensor_parallel_size(world, profile.num_attention_heads)
+    layout = layout_for(profile, world)
     where = "CPU" if platform == "cpu" else "GPU"
     summary = "; ".join(f"{r['path']}{' EP=%d' % r['expert_parallel'] if 'expert_parallel' in r else ''} "
                         f"loss {r['first_loss']:.2f}->{r['last_loss']:.2f}, {r['tokens_per_s']} tokens/s" for r in runs)
-    return {"runs": runs, "precision": precision, "tensor_parallel": tp, "backend": profile.backend,
+    return {"runs": runs, "precision": precision, "tensor_parallel": layout.tp, "backend": profile.backend,
             "detail": f"GPT {profile.num_layers}x{profile.hidden_size} seq {profile.seq_length}, {precision}, "
-                      f"TP={tp} DP={world // tp}, {profile.backend} on {where}, "
+                      f"TP={layout.tp} DP={layout.dp}, {profile.backend} on {where}, "
                       f"{runs[0]['iterations']} iterations: {summary}"}
 
 

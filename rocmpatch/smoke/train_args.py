@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocmpatch.megatron_args import flag_value
+from rocmpatch.megatron_args import ParallelLayout, flag_value
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,11 @@ def tensor_parallel_size(world: int, heads: int) -> int:
     return next(tp for tp in (8, 4, 2, 1) if tp <= world and world % tp == 0 and heads % tp == 0)
 
 
+def layout_for(profile: Profile, world: int) -> ParallelLayout:
+    """The tiny model's layout on `world` workers: the largest TP its heads allow, the rest data parallel."""
+    return ParallelLayout(world, tensor_parallel_size(world, profile.num_attention_heads))
+
+
 def expert_parallel_size(world: int, tp: int, flags: list[str]) -> int:
     """For a run with --num-experts: the largest of 8/4/2 that divides the expert count and the
     workers left by the expert tensor parallel size (TP unless the run sets
@@ -49,13 +54,14 @@ def expert_parallel_size(world: int, tp: int, flags: list[str]) -> int:
 def pretrain_args(profile: Profile, world: int, iters: int, precision: str | None, flags: list[str]) -> list[str]:
     """The flags smoke sets for every release, then the release's `flags` (from its smoke profile),
     then the expert parallel size of a run with experts."""
-    tp = tensor_parallel_size(world, profile.num_attention_heads)
+    layout = layout_for(profile, world)
+    tp = layout.tp
     m = profile
     args = [
         "--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
         "--num-attention-heads", str(m.num_attention_heads), "--seq-length", str(m.seq_length),
         "--max-position-embeddings", str(m.seq_length), "--micro-batch-size", str(m.micro_batch_size),
-        "--global-batch-size", str(m.micro_batch_size * (world // tp)),
+        "--global-batch-size", str(m.micro_batch_size * layout.dp),
         "--tensor-model-parallel-size", str(tp), "--train-iters", str(iters),
         "--lr", "1e-3", "--lr-decay-style", "constant", "--mock-data",
         "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size), "--split", "98,1,1",
