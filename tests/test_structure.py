@@ -5,6 +5,7 @@ of the process that imports it (a framework or a test may import rocmpatch)."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -26,11 +27,17 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """Each module parsed once for all the tests here."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The rocmpatch modules `name` imports anywhere in its body (a package's module, else the package)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     wanted: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             wanted |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -46,6 +53,13 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         if wanted_name and wanted_name != name:
             found.add(wanted_name)
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def import_graph() -> dict[str, set[str]]:
+    """Each rocmpatch module -> the rocmpatch modules it imports (built once for the tests here)."""
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -91,8 +105,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circles():
-    known = modules()
-    graph = {name: imports(name, path, known) for name, path in known.items()}
+    graph = import_graph()
     assert not circles(graph), f"import circles in rocmpatch/ (move what both need into a module of its own): {circles(graph)}"
 
 
@@ -145,8 +158,7 @@ def layer_of(name: str) -> int:
 
 
 def test_no_module_imports_a_higher_layer():
-    known = modules()
-    upward = [f"{name} -> {dep}" for name, path in known.items() for dep in imports(name, path, known) if layer_of(dep) > layer_of(name)]
+    upward = [f"{name} -> {dep}" for name, deps in import_graph().items() for dep in deps if layer_of(dep) > layer_of(name)]
     assert not upward, f"imports against docs/architecture.md's layers: {upward}"
 
 
@@ -168,8 +180,7 @@ ORCHESTRATION = ("rocmpatch.cli", "rocmpatch.commands", "rocmpatch.operations", 
 
 
 def test_a_torchrun_worker_imports_none_of_the_orchestration():
-    known = modules()
-    graph = {name: imports(name, path, known) for name, path in known.items()}
+    graph = import_graph()
     found = {worker: sorted(m for m in reached(graph, worker) if m.startswith(ORCHESTRATION)) for worker in WORKERS}
     assert found == {worker: [] for worker in WORKERS}
 
@@ -180,7 +191,7 @@ def test_a_module_exports_only_what_it_defines():
     for name, path in modules().items():
         if path.name == "__init__.py":
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         imported = {(alias.asname or alias.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
                     for alias in node.names}
         exported = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
@@ -203,7 +214,7 @@ def test_commands_are_thin():
     for name, path in modules().items():
         if not name.startswith("rocmpatch.commands"):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parsed(path)
         used = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         used |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
         wrong = sorted(u for u in used if any(u == banned or u.startswith(banned + ".") for banned in NOT_IN_COMMANDS))
@@ -217,5 +228,5 @@ def test_only_the_table_module_builds_rich_tables():
     """Rich cuts a cell with an ellipsis; rocmpatch.tables.Table never cuts what a user copies."""
     direct = [name for name, path in modules().items()
               if name != "rocmpatch.tables" and any(isinstance(node, ast.ImportFrom) and node.module == "rich.table"
-                                                   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+                                                   for node in ast.walk(parsed(path)))]
     assert direct == []
