@@ -27,8 +27,6 @@ from tests.fixtures import MODULE_A, MODULE_B, commit_all, make_series, replace_
 FRAMEWORKS = Path(__file__).resolve().parents[2] / "docs" / "frameworks.md"
 SECTION = "## A commit no release pins"
 
-# The docs' names -> this test's (the untagged commit and the new release are known only once made).
-DOC_RELEASE, DOC_COMMIT, DOC_NEW_RELEASE = "core_v0.16.1", "d3528a21", "main-2026-03-06"
 
 # In the v1.0 code: b5 and the lines the patches touch.
 B5 = "def b5():\n    return 5\n"
@@ -65,6 +63,13 @@ def documented_steps() -> list[str]:
     return [line for line in lines if line]
 
 
+def documented_names(steps: list[str]) -> tuple[str, str, str]:
+    """The docs' release, untagged commit and new release, read from their `--into` line (so this test
+    names no release itself: a release is data)."""
+    into = next(shlex.split(line) for line in steps if "--into" in line)
+    return tuple(into[into.index(option) + 1] for option in ("--release", "--onto", "--into"))
+
+
 def hunk_starts(patch: Path) -> list[int]:
     return [int(n) for n in re.findall(r"^@@ -(\d+),", patch.read_text(), re.M)]
 
@@ -96,7 +101,8 @@ def test_the_documented_steps_give_a_verified_release_for_an_untagged_commit(tmp
     steps = documented_steps()
     assignment = next(line for line in steps if line.startswith("S="))
     series_args = shlex.split(assignment.partition("=")[2])[0]
-    names = {DOC_RELEASE: release, DOC_COMMIT: short, DOC_NEW_RELEASE: new_release}
+    # The docs' names -> this test's (the untagged commit and the new release are known only once made).
+    names = dict(zip(documented_names(steps), (release, short, new_release)))
     commands = []
     for line in steps:
         for old, new in names.items():
