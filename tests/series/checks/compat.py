@@ -335,8 +335,9 @@ def check_distopt() -> dict:
 
 def check_pretrain() -> dict:
     """Upstream's own pretrain_gpt.py as __main__ (full tree only): explicit TE first, since that one
-    stops in validate_args before the global args are set; the default run stops later, wherever
-    this machine stops it (no GPU), after the argument validation this checks."""
+    stops in validate_args before the global args are set (with te-impl-torch it validates and stops
+    later, as the default run does); the default run stops later, wherever this machine stops it
+    (no GPU), after the argument validation this checks."""
     import runpy
 
     tree = sys.path[0]  # the child put the tree first
