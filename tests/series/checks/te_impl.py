@@ -32,11 +32,13 @@ def check_save() -> dict:
     from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
     from megatron.training.arguments import parse_args, validate_args
+    from megatron.training.global_vars import set_global_variables
 
     init_one_rank()
     sys.argv = ["pretrain_gpt.py", *json.loads(os.environ["TE_IMPL_FLAGS"])]
     args = parse_args()
     validate_args(args)
+    set_global_variables(args)  # the tokenizer, which pads the vocabulary, as pretrain_gpt.py does
     parallel_state.initialize_model_parallel(1, 1)
     model_parallel_cuda_manual_seed(args.seed)
     from gpt_builders import gpt_builder  # the tree's root module, as pretrain_gpt.py imports it
