@@ -80,10 +80,12 @@ def test_moe_checkpoint_with_te_keys_finetunes_with_transformer_engine(training_
         "TE_IMPL_FLAGS": json.dumps(flags), "TE_IMPL_CHECKPOINT": str(tmp_path / "ckpt-in")})["save"]
     keys = set(saved["keys"])
     # TE's names: the norms fused into the linears, the MoE layer's own norm, the grouped experts.
-    assert {"decoder.layers.self_attention.linear_qkv.layer_norm_weight",
-            "decoder.layers.mlp.linear_fc1.layer_norm_weight",
-            "decoder.layers.pre_mlp_layernorm.weight"} <= keys, sorted(keys)
+    assert {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+            "decoder.layers.0.mlp.linear_fc1.layer_norm_weight",
+            "decoder.layers.1.pre_mlp_layernorm.weight", "decoder.layers.1.mlp.experts.linear_fc1.weight3",
+            "decoder.layers.1.mlp.experts.linear_fc1._extra_state3"} <= keys, sorted(keys)  # TEGroupedLinear's
     assert not any("input_layernorm" in key for key in keys), sorted(keys)
+    assert "TorchTELayerNormColumnParallelLinear" in saved["modules"] and "TorchGroupedMLP" in saved["modules"]
     run = harness.trains(training_tree, [*flags, *EXPERT_PARALLEL_2, "--train-iters", "3",
                                          "--load", str(tmp_path / "ckpt-in"), "--finetune",
                                          "--save", str(tmp_path / "ckpt-out"), "--save-interval", "3",
@@ -93,6 +95,8 @@ def test_moe_checkpoint_with_te_keys_finetunes_with_transformer_engine(training_
         "TE_IMPL_CHECKPOINT": str(tmp_path / "ckpt-in"), "TE_IMPL_TRAINED": str(tmp_path / "ckpt-out")})["compare"]
     assert compared["iteration"] == 3 and compared["only_saved"] == [] and compared["only_trained"] == [], compared
     moved = compared["max_diff"]
-    # Adam moves a weight by at most the learning rate per step: 5e-4 + 1e-3 + 1e-4 here.
-    assert set(moved) >= keys - {key for key in keys if key.endswith("_extra_state")}, sorted(keys - set(moved))
+    # Adam moves a weight by at most the learning rate per step: 5e-4 + 1e-3 + 1e-4 here. A norm
+    # not loaded would be 0.5 away (initialized 1.0, saved 1.5), any other weight about 0.05.
+    assert any(key.endswith("pre_mlp_layernorm.weight") for key in moved), sorted(moved)
+    assert len(moved) >= len([key for key in keys if not key.endswith("_extra_state")]), (sorted(moved), sorted(keys))
     assert 0 < max(moved.values()) <= 1.7e-3, moved

@@ -22,6 +22,10 @@ NORM_VALUE = 1.5  # a norm's weight in the saved checkpoint (an initialized norm
 def init_one_rank() -> None:
     import torch.distributed as dist
 
+    # The checkpoint writer starts a spawned process, which imports this child's __main__
+    # (tests.series.child) again: this repository's tests/, not the full tree's own tests/ package.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     dist.init_process_group("gloo", init_method=f"file://{Path.cwd() / 'dist-store'}", rank=0, world_size=1)
 
@@ -32,13 +36,16 @@ def check_save() -> dict:
     from megatron.core import dist_checkpointing, parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
     from megatron.training.arguments import parse_args, validate_args
-    from megatron.training.global_vars import set_global_variables
+    from megatron.training.vocab_utils import calculate_padded_vocab_size
 
     init_one_rank()
     sys.argv = ["pretrain_gpt.py", *json.loads(os.environ["TE_IMPL_FLAGS"])]
     args = parse_args()
     validate_args(args)
-    set_global_variables(args)  # the tokenizer, which pads the vocabulary, as pretrain_gpt.py does
+    # What the tokenizer sets in pretrain_gpt.py (set_global_variables, which would also start
+    # a checkpoint worker that re-imports this child's __main__).
+    args.padded_vocab_size = calculate_padded_vocab_size(
+        args.vocab_size, args.make_vocab_size_divisible_by, args.tensor_model_parallel_size)
     parallel_state.initialize_model_parallel(1, 1)
     model_parallel_cuda_manual_seed(args.seed)
     from gpt_builders import gpt_builder  # the tree's root module, as pretrain_gpt.py imports it
@@ -56,7 +63,7 @@ def check_save() -> dict:
     sharded = model.sharded_state_dict()
     dist_checkpointing.save({"model": sharded, "checkpoint_version": 3.0}, str(directory / "release"))
     (directory / "latest_checkpointed_iteration.txt").write_text("release")
-    return {"keys": sorted({tensor.key for tensor in sharded.values() if hasattr(tensor, "key")}),
+    return {"keys": sorted(sharded),
             "modules": sorted({type(module).__name__ for module in model.modules()})}
 
 
@@ -72,7 +79,8 @@ def check_compare() -> dict:
     saved = plain_tensors(Path(os.environ["TE_IMPL_CHECKPOINT"]) / "release")
     trained_dir = Path(os.environ["TE_IMPL_TRAINED"])
     iteration = int((trained_dir / "latest_checkpointed_iteration.txt").read_text())
-    trained = plain_tensors(trained_dir / f"iter_{iteration:07d}")
+    trained = {key: value for key, value in plain_tensors(trained_dir / f"iter_{iteration:07d}").items()
+               if not key.startswith("optimizer.")}  # the model's tensors, not Adam's moments
     common = sorted(set(saved) & set(trained))
     return {
         "iteration": iteration,
