@@ -46,6 +46,11 @@ ARG_CASES = {
     "moe": (1, ["--num-experts", "4", "--moe-router-topk", "2"]),
     "tp2_sp": (2, ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     "pp2_distopt": (2, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--ckpt-format", "torch_dist"]),
+    # te-impl-torch (0075): TE's spec from torch modules keeps the grouped experts; TE's kernels are refused
+    "explicit_te_moe_grouped_gemm": (1, ["--transformer-impl", "transformer_engine", "--num-experts", "4",
+                                         "--moe-router-topk", "2", "--moe-grouped-gemm"]),
+    "explicit_te_delay_wgrad": (1, ["--transformer-impl", "transformer_engine", "--delay-wgrad-compute"]),
+    "explicit_te_cuda_graph_te": (1, ["--transformer-impl", "transformer_engine", "--cuda-graph-impl", "transformer_engine"]),
     # cpu-training (0062): refused on the CPU path, checked here with the other argument cases
     "megatron_fsdp_on_cpu": (1, ["--use-megatron-fsdp", "--distributed-backend", "gloo", "--ckpt-format", "fsdp_dtensor"]),
 }
@@ -330,8 +335,9 @@ def check_distopt() -> dict:
 
 def check_pretrain() -> dict:
     """Upstream's own pretrain_gpt.py as __main__ (full tree only): explicit TE first, since that one
-    stops in validate_args before the global args are set; the default run stops later, wherever
-    this machine stops it (no GPU), after the argument validation this checks."""
+    stops in validate_args before the global args are set (with te-impl-torch it validates and stops
+    later, as the default run does); the default run stops later, wherever this machine stops it
+    (no GPU), after the argument validation this checks."""
     import runpy
 
     tree = sys.path[0]  # the child put the tree first
