@@ -153,10 +153,17 @@ def _no_download(*args, **kwargs):
     raise RuntimeError("megatron_on_cpu downloads no test data")
 
 
+# What upstream's conftest imports to fetch the test data set: core_v0.16 and later
+# download_and_extract_asset; core_v0.15 get_oldest_release_and_assets (PyGithub), which calls
+# sys.exit(1) when GitHub cannot be reached, so its SystemExit would error every test.
+_DOWNLOADERS = ("download_and_extract_asset", "get_oldest_release_and_assets")
+
+
 def _adapt(module) -> None:
     """Patch what an upstream test module or conftest bound at import."""
-    if getattr(module, "download_and_extract_asset", None) not in (None, _no_download):
-        module.download_and_extract_asset = _no_download
+    for name in _DOWNLOADERS:
+        if getattr(module, name, None) not in (None, _no_download):
+            setattr(module, name, _no_download)
     utils = getattr(module, "Utils", None)
     if utils is not None and module.__name__.endswith("test_utilities"):
         original = utils.__dict__.get("initialize_distributed")

@@ -42,6 +42,10 @@ TESTS = textwrap.dedent('''
             socket.create_connection(("192.0.2.1", 80), timeout=5)
 
 
+    def test_data_download_is_refused_and_the_conftest_goes_on():
+        assert "downloads no test data" in os.environ["TINY_DOWNLOAD"]
+
+
     def test_blocked_module_is_not_installed():
         with pytest.raises(ModuleNotFoundError):
             import colorsys  # noqa: F401 (refused by ROCMPATCH_UNITS_BLOCK=colorsys)
@@ -74,10 +78,33 @@ TESTS = textwrap.dedent('''
 ''')
 
 
+# As core_v0.15's conftest: an autouse session fixture fetches the data set with a function that
+# exits the process when the network is down (it catches Exception, not SystemExit).
+CONFTEST = textwrap.dedent('''
+    import os
+    import sys
+
+    import pytest
+
+
+    def get_oldest_release_and_assets(assets_dir):
+        sys.exit(1)
+
+
+    @pytest.fixture(scope="session", autouse=True)
+    def ensure_test_data():
+        try:
+            get_oldest_release_and_assets(assets_dir="data")
+        except Exception as e:
+            os.environ["TINY_DOWNLOAD"] = str(e)
+''')
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     tree = tmp_path_factory.mktemp("tree")
     (tree / "tests" / "unit_tests" / "sub").mkdir(parents=True)
+    (tree / "tests" / "unit_tests" / "conftest.py").write_text(CONFTEST)
     (tree / "tests" / "unit_tests" / "sub" / "test_tiny.py").write_text(TESTS)
     (tree / "tests" / "unit_tests" / "test_broken_import.py").write_text("import not_a_module_anywhere\n")
     return runner.run_pytest(tree, ["tests/unit_tests"], tmp_path_factory.mktemp("work"), block=("colorsys",), run_timeout=240)
@@ -86,7 +113,8 @@ def tiny_run(tmp_path_factory):
 def test_plugin_turns_nccl_into_gloo_and_keeps_the_network_and_blocked_modules_out(tiny_run):
     outcomes = tiny_run.outcomes
     prefix = "tests/unit_tests/sub/test_tiny.py::"
-    for name in ("test_nccl_becomes_gloo_world_size_one", "test_no_network", "test_blocked_module_is_not_installed"):
+    for name in ("test_nccl_becomes_gloo_world_size_one", "test_no_network", "test_data_download_is_refused_and_the_conftest_goes_on",
+                 "test_blocked_module_is_not_installed"):
         assert outcomes[prefix + name] == "passed", (name, outcomes)
 
 
