@@ -33,7 +33,7 @@ E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 
 @pytest.fixture(scope="module")
 def fp8_results(patched_wheel, child_dir) -> dict:
-    return harness.run_checks("checks.fp8", "args,gemm,formats,block", patched_wheel, child_dir)
+    return harness.run_checks("checks.fp8", "args,gemm,formats,block,te_spec", patched_wheel, child_dir)
 
 
 def error_of(results: dict, case: str) -> str:
@@ -141,6 +141,34 @@ def test_block_runs_each_fp8_layer_s_four_linears_in_fp8(fp8_results):
     assert all(case["finite"] and not case["active_after"] for case in block.values() if "finite" in case)
     for recipe, error in block["refused"].items():
         assert error.startswith(f"Fp8Unavailable: fp8_recipe '{recipe}' needs Transformer Engine"), error
+
+
+@pytest.mark.parametrize("shape", ["llama", "deepseek"])
+def test_te_spec_models_run_every_te_linear_in_fp8_and_the_output_layer_in_bf16(fp8_results, shape):
+    """The Transformer Engine spec without TE (te-spec-torch): each module standing for a TE linear
+    (MLA's duplicated down projections and the MTP layer's too) runs one FP8 GEMM forward, two
+    backward, as TE's would; the output layer none."""
+    result = fp8_results["te_spec"][shape]
+    calls = result["forward_calls"]
+    assert calls.pop("output_layer") == 0
+    assert set(calls) == set(result["te_modules"]) and set(calls.values()) == {1}, calls
+    te_modules = set(result["te_modules"].values())
+    assert te_modules == ({"TELayerNormColumnParallelLinear", "TERowParallelLinear"} if shape == "llama" else
+                          {"TELayerNormColumnParallelLinear", "TERowParallelLinear", "TELinear", "TEColumnParallelLinear"})
+    if shape == "deepseek":
+        assert sum(path.startswith("mtp.") for path in calls) == 8, calls  # eh_proj and its layer's 7
+    assert result["forward"] == len(calls) and result["backward"] == 2 * len(calls), result
+    assert result["dtypes"] == [f"{E4M3} x {E4M3}", f"{E5M2} x {E4M3}"]
+    assert result["finite"] and not result["active_after"]
+
+
+@pytest.mark.parametrize("gemm", ["forward", "dgrad", "wgrad"])
+def test_te_spec_duplicated_linear_fp8_gemms_match_the_dequantized_reference(fp8_results, gemm):
+    """TorchTELinear (MLA's down projections under the TE spec), 37 tokens: as the local linears' GEMMs."""
+    result = fp8_results["te_spec"]["TorchTELinear"]
+    assert result["calls"] == [[E4M3, E4M3], [E5M2, E4M3], [E5M2, E4M3]]
+    assert result[gemm]["err_dequant"] <= 2**-8, result
+    assert result[gemm]["err_bf16"] <= (0.05 if gemm == "forward" else 0.1), result
 
 
 def test_tensor_parallel_2_with_sequence_parallel(patched_wheel, tmp_path):

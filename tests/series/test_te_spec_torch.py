@@ -30,8 +30,8 @@ from tests.series import harness
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("te-spec-torch")
 
-CASES = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla", "mla-no-q-lora")
-SAME_MODEL = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla")
+CASES = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla", "mla-no-q-lora", "deepseek")
+SAME_MODEL = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla", "deepseek")
 
 PROVIDER = "megatron/core/extensions/transformer_engine_spec_provider.py"
 
@@ -82,6 +82,21 @@ def test_each_te_slot_of_upstreams_spec_holds_a_torch_module_standing_for_it(te_
         assert path.endswith(".activation_func") and (upstream, ours) == ("NoneType", "_te_activation_refused"), path
     if case == "moe-grouped":  # upstream's TEGroupedMLP needs TE: ours is the torch grouped one
         assert result["grouped_experts"] == ["TorchGroupedMLP"]
+
+
+def test_mtp_specs_hold_torch_modules_standing_for_te_s(te_results):
+    """DeepSeek's shape (MLA, MoE, one MTP layer): get_gpt_mtp_block_spec(..., use_transformer_engine=True)
+    and get_mtp_layer_spec(..., use_transformer_engine=True) (None's call without TE upstream) give the
+    torch modules standing for the TE modules upstream's TE spec puts in each MTP slot."""
+    slots = {path: (te_module, stands_for) for path, te_module, _, stands_for in te_results["spec"]["deepseek"]["te_slots"]}
+    for spec in ("mtp.layer_specs[0]", "mtp_layer"):
+        mtp = {path.removeprefix(spec): v for path, v in slots.items() if path.startswith(spec + ".")}
+        for norm in (".enorm", ".hnorm", ".layer_norm"):
+            assert mtp[norm] == ("TENorm", "TENorm"), (spec, norm, mtp)
+        assert mtp[".eh_proj"] == ("TEColumnParallelLinear", "TEColumnParallelLinear")
+        assert mtp[".mtp_model_layer.self_attention.linear_q_down_proj"] == ("TELinear", "TELinear")
+        assert mtp[".mtp_model_layer.mlp.submodules.shared_experts.submodules.linear_fc2"] == (
+            "TERowParallelLinear", "TERowParallelLinear")
 
 
 @pytest.mark.parametrize("case", CASES)

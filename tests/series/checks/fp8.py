@@ -14,7 +14,13 @@ Groups:
   full recompute, and nothing outside the block; recipes other than tensorwise refused by
   get_fp8_context;
 - tp: one rank of a TP 2 + SP job (run_ranks): column- then row-parallel linear in FP8 against the
-  same layers in BF16, forward and backward, and the _scaled_mm calls of this rank.
+  same layers in BF16, forward and backward, and the _scaled_mm calls of this rank;
+- te_spec: GPTModels of the Transformer Engine spec without TE (patch te-spec-torch: torch modules
+  under TE's names), Llama- and DeepSeek-shaped (MLA, MTP; dense: without TE upstream's config
+  refuses MoE with FP8), fp8 hybrid
+  tensorwise: the torch._scaled_mm calls of each module's forward (the output layer's too) and of
+  the backward; MLA's duplicated down projection (TorchTELinear) forward, grad-input and grad-weight
+  against the GEMMs of their dequantized operands.
 """
 
 from __future__ import annotations
@@ -304,6 +310,111 @@ def tp() -> dict:
         "calls": [f"{a} x {b}" for a, b, *_ in fp8[4]],
         "bf16_calls": len(bf16[4]),
     }
+
+
+# TE's linear modules (megatron.core.extensions.transformer_engine): TE runs each in FP8 under fp8_autocast.
+TE_LINEARS = ("TELinear", "TEColumnParallelLinear", "TERowParallelLinear", "TELayerNormColumnParallelLinear")
+
+
+def te_spec_model(shape: str):
+    """A bf16 GPTModel of the TE spec (as frameworks build it) with --fp8-format hybrid --fp8-recipe
+    tensorwise; every linear's sides multiples of 16 (the FP8 GEMM's). DeepSeek's shape without its
+    MoE layers: upstream's TransformerConfig refuses MoE with FP8 where TE is below 1.7 (absent here)."""
+    import dataclasses
+
+    import torch
+
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_mtp_block_spec
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    base = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, num_query_groups=2,
+                kv_channels=16, normalization="RMSNorm", gated_linear_unit=True,
+                activation_func=torch.nn.functional.silu, add_bias_linear=False, bf16=True,
+                params_dtype=torch.bfloat16, use_cpu_initialization=True, bias_activation_fusion=False,
+                gradient_accumulation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+                apply_rope_fusion=False, hidden_dropout=0.0, attention_dropout=0.0, fp8="hybrid",
+                fp8_recipe="tensorwise", transformer_impl="transformer_engine")
+    if shape == "deepseek":
+        base.update(multi_latent_attention=True, q_lora_rank=32, kv_lora_rank=32, qk_head_dim=16,
+                    qk_pos_emb_head_dim=16, v_head_dim=16, rope_type="rope", num_query_groups=None,
+                    qk_layernorm=True, mtp_num_layers=1)
+    cfg = (MLATransformerConfig if shape == "deepseek" else TransformerConfig)(**base)
+    torch.manual_seed(1)
+    model_parallel_cuda_manual_seed(1)
+    block = get_gpt_decoder_block_spec(cfg, use_transformer_engine=True, normalization=cfg.normalization)
+    mtp = (get_gpt_mtp_block_spec(cfg, block.layer_specs[-1], use_transformer_engine=True)
+           if cfg.mtp_num_layers else None)
+    return GPTModel(cfg, block, vocab_size=128, max_sequence_length=16, position_embedding_type="rope",
+                    mtp_block_spec=mtp)
+
+
+def te_spec() -> dict:
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.extensions.torch_te_layers import TorchTELinear
+
+    if not torch.distributed.is_initialized():  # block() set it up in the same child
+        setup(Path(os.getcwd()))
+    result = {}
+    for shape in ("llama", "deepseek"):
+        model = te_spec_model(shape)
+        calls, forward_calls = [], {}
+        linears = {path: module for path, module in model.named_modules()
+                   if getattr(type(module), "te_module", None) in TE_LINEARS or path == "output_layer"}
+
+        def count(path):
+            def pre(module, args):
+                forward_calls[path] = forward_calls.get(path, 0) - len(calls)
+
+            def post(module, args, output):
+                forward_calls[path] += len(calls)
+            return pre, post
+
+        for path, module in linears.items():
+            pre, post = count(path)
+            module.register_forward_pre_hook(pre)
+            module.register_forward_hook(post)
+        tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(3))
+        with recorded_scaled_mm(calls):
+            loss = model(tokens, torch.arange(16).expand(2, 16), None, labels=torch.roll(tokens, -1, 1))
+            forward = len(calls)
+            loss.float().mean().backward()
+        result[shape] = {
+            "te_modules": {path: type(module).te_module for path, module in linears.items()
+                           if path != "output_layer"},
+            "forward_calls": {path: forward_calls.get(path, 0) for path in linears},
+            "forward": forward, "backward": len(calls) - forward,
+            "dtypes": sorted({f"{a} x {b}" for a, b, *_ in calls}),
+            "finite": bool(torch.isfinite(loss).all()),
+            "active_after": torch_fp8.active_recipe() is not None,
+        }
+    # MLA's duplicated down projection: its three GEMMs against the dequantized operands' (as gemm()).
+    linear = next(m for m in model.modules() if isinstance(m, TorchTELinear))
+    recipe = torch_fp8.TensorwiseFp8(hybrid=True)
+    fwd, bwd = recipe.formats(torch.device("cpu"))
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(37, 1, 64, generator=generator).to(torch.bfloat16).requires_grad_()
+    g = (torch.randn(37, 1, linear.weight.shape[0], generator=generator) * 1e-3).to(torch.bfloat16)
+    linear.weight.grad = None
+    calls = []
+    with recorded_scaled_mm(calls), torch_fp8.fp8_autocast(recipe):
+        out, _ = linear(x)
+    with recorded_scaled_mm(calls):
+        out.backward(g)
+    x2, g2, w = x.detach().view(37, 64), g.view(37, -1), linear.weight.detach()
+    xq, wq, gq = torch_fp8.quantize(x2, fwd), torch_fp8.quantize(w, fwd), torch_fp8.quantize(g2, bwd)
+    references = {"forward": (out.view(37, -1), dequantized(*xq) @ dequantized(*wq).t(), x2.float() @ w.float().t()),
+                  "dgrad": (x.grad.view(37, 64), dequantized(*gq) @ dequantized(*wq), g2.float() @ w.float()),
+                  "wgrad": (linear.weight.grad, dequantized(*gq).t() @ dequantized(*xq), g2.float().t() @ x2.float())}
+    result["TorchTELinear"] = {"calls": [c[:2] for c in calls]}
+    for name, (got, dequant_ref, bf16_ref) in references.items():
+        scale = bf16_ref.abs().max().item()
+        result["TorchTELinear"][name] = {"err_dequant": (got.float() - dequant_ref).abs().max().item() / scale,
+                                         "err_bf16": (got.float() - bf16_ref).abs().max().item() / scale}
+    return result
 
 
 def run(group: str) -> dict:

@@ -67,6 +67,9 @@ def config(case: str, **overrides):
         "moe-grouped": dict(moe, moe_grouped_gemm=True),
         "mla": dict(mla, q_lora_rank=32, qk_layernorm=True),
         "mla-no-q-lora": dict(mla, q_lora_rank=None, qk_layernorm=True),
+        # DeepSeek-V3's shape: MLA, a dense first layer, MoE with a shared expert, one MTP layer.
+        "deepseek": dict(mla, **moe, q_lora_rank=32, qk_layernorm=True, moe_shared_expert_intermediate_size=32,
+                         mtp_num_layers=1),
     }[case])
     base.update(overrides)
     cls = MLATransformerConfig if base.get("multi_latent_attention") else TransformerConfig
@@ -74,10 +77,10 @@ def config(case: str, **overrides):
 
 
 UPSTREAM_NORM_ADAPTER = None  # upstream's _TENormWithResidual (TENorm where a residual follows)
-CASES = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla", "mla-no-q-lora")
+CASES = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla", "mla-no-q-lora", "deepseek")
 # The TE spec fuses a norm into the query projection where the local spec has none (no query
 # latent): not the same model, so no loss comparison there.
-SAME_MODEL = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla")
+SAME_MODEL = ("llama", "gpt-layernorm-bias", "qwen3", "moe", "moe-grouped", "mla", "deepseek")
 
 
 # ---------------------------------------------------------------- spec: against upstream's TE spec
@@ -94,24 +97,40 @@ def upstream_te_spec_provider():
     return module
 
 
-def block_spec(cfg, upstream: bool):
+def te_specs(cfg, use_te: bool = True) -> dict:
+    """{"block": the decoder block spec; with MTP also "mtp": the MTP block spec (of the last layer's
+    spec, as pretrain_gpt.py builds it) and "mtp_layer": get_mtp_layer_spec's}."""
+    from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.transformer.multi_token_prediction import get_mtp_layer_spec
+
+    block = gpt_layer_specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=use_te,
+                                                       normalization=cfg.normalization)
+    if not cfg.mtp_num_layers:
+        return {"block": block}
+    last = block.layer_specs[-1]
+    return {"block": block, "mtp": gpt_layer_specs.get_gpt_mtp_block_spec(cfg, last, use_transformer_engine=use_te),
+            "mtp_layer": get_mtp_layer_spec(last, use_transformer_engine=use_te)}
+
+
+def block_spec(cfg, upstream: bool) -> dict:
+    """te_specs(cfg) with this tree's TE spec, or with upstream's TESpecProvider and TENorm."""
     from megatron.core.extensions import transformer_engine as te_ext
     from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.transformer import multi_token_prediction
 
     if not upstream:
-        return gpt_layer_specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=True,
-                                                          normalization=cfg.normalization)
+        return te_specs(cfg)
     provider_module = upstream_te_spec_provider()
     provider_module.is_te_min_version = lambda version, *args, **kwargs: True  # the spec with a current TE
-    saved = gpt_layer_specs.TESpecProvider, gpt_layer_specs.TENorm
+    saved = gpt_layer_specs.TESpecProvider, gpt_layer_specs.TENorm, multi_token_prediction.TESpecProvider
     gpt_layer_specs.TESpecProvider, gpt_layer_specs.TENorm = provider_module.TESpecProvider, te_ext.TENorm
+    multi_token_prediction.TESpecProvider = provider_module.TESpecProvider
     global UPSTREAM_NORM_ADAPTER
     UPSTREAM_NORM_ADAPTER = provider_module._TENormWithResidual
     try:
-        return gpt_layer_specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=True,
-                                                          normalization=cfg.normalization)
+        return te_specs(cfg)
     finally:
-        gpt_layer_specs.TESpecProvider, gpt_layer_specs.TENorm = saved
+        gpt_layer_specs.TESpecProvider, gpt_layer_specs.TENorm, multi_token_prediction.TESpecProvider = saved
 
 
 def leaves(node, path: str = "") -> dict:
@@ -129,6 +148,11 @@ def leaves(node, path: str = "") -> dict:
         found = {}
         for field in dataclasses.fields(node):
             found.update(leaves(getattr(node, field.name), f"{path}.{field.name}"))
+        return found
+    if isinstance(node, dict):
+        found = {}
+        for key, value in node.items():
+            found.update(leaves(value, f"{path}{key}"))
         return found
     if isinstance(node, (list, tuple)):
         found = {}
@@ -198,14 +222,14 @@ def build(cfg, te_spec: bool, seed: int = 1234):
     """The GPTModel of the TE spec (config.transformer_impl "transformer_engine", as frameworks leave
     it) or of the local spec ("local", as pretrain_gpt.py sets it without TE)."""
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
     cfg = dataclasses.replace(cfg, transformer_impl="transformer_engine" if te_spec else "local")
-    block = get_gpt_decoder_block_spec(cfg, use_transformer_engine=te_spec, normalization=cfg.normalization)
-    return GPTModel(cfg, block, vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="rope")
+    specs = te_specs(cfg, use_te=te_spec)
+    return GPTModel(cfg, specs["block"], vocab_size=VOCAB, max_sequence_length=SEQ, position_embedding_type="rope",
+                    mtp_block_spec=specs.get("mtp"))
 
 
 def te_modules(model) -> list:
