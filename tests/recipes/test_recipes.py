@@ -18,22 +18,36 @@ from rocmpatch.recipes.memory import UPSTREAM_MODEL, estimate, load_upstream_mod
 RECIPES = names()
 
 
-def test_the_eight_recipes_are_there():
-    assert RECIPES == ["deepseek-v2-lite", "llama3-70b", "llama3-8b", "llama3-8b-32k", "llama3-8b-fp8", "mixtral-8x7b",
-                       "qwen3-30b-a3b", "small-radeon"]
+def test_the_nine_recipes_are_there():
+    assert RECIPES == ["deepseek-v2-lite", "llama3-70b", "llama3-70b-fp8", "llama3-8b", "llama3-8b-32k", "llama3-8b-fp8",
+                       "mixtral-8x7b", "qwen3-30b-a3b", "small-radeon"]
 
 
-def test_the_fp8_recipe_is_llama3_8b_with_fp8_and_counts_its_gemm_buffers(upstream_memory):
-    """llama3-8b-fp8 differs from llama3-8b only by its FP8 flags (and runs on core_v0.19.0 only); its
-    estimate adds, once, the widest GEMM operand's transient copies: 6 bytes x tokens x 2 x FFN."""
-    fp8, bf16 = find("llama3-8b-fp8"), find("llama3-8b")
+FP8_RECIPES = [name for name in RECIPES if name.endswith("-fp8")]
+
+
+def test_each_llama_recipe_of_amds_guide_has_an_fp8_variant():
+    """AMD's Megatron guide runs its Llama recipes (8B and 70B at sequence 8192) with TE_FP8=1 or 0;
+    it has no long-context one, so llama3-8b-32k has none."""
+    assert FP8_RECIPES == ["llama3-70b-fp8", "llama3-8b-fp8"]
+
+
+@pytest.mark.parametrize("name", FP8_RECIPES)
+def test_an_fp8_recipe_is_its_bf16_recipe_with_fp8_and_counts_its_gemm_buffers(upstream_memory, name):
+    """llama3-8b-fp8 and llama3-70b-fp8 differ from their BF16 recipe only by the FP8 flags (and run on
+    core_v0.19.0 only); the estimate adds, once, the widest GEMM operand's transient copies:
+    6 bytes x tokens x 2 x FFN / TP (fc1's SwiGLU output gradient, its float32 and FP8 copies)."""
+    fp8, bf16 = find(name), find(name.removesuffix("-fp8"))
     assert fp8.args == {**bf16.args, "--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"}
-    assert fp8.layouts == bf16.layouts
+    assert fp8.layouts == bf16.layouts and fp8.vocab_size == bf16.vocab_size
+    assert fp8.releases.items == ("core_v0.19.0",)
     for layout in fp8.layouts:
-        extra = (estimate(fp8.merged_args(layout), fp8.vocab_size, layout.world_size, upstream=upstream_memory).total_gib
+        args = fp8.merged_args(layout)
+        extra = (estimate(args, fp8.vocab_size, layout.world_size, upstream=upstream_memory).total_gib
                  - estimate(bf16.merged_args(layout), bf16.vocab_size, layout.world_size, upstream=upstream_memory).total_gib)
-        tokens = fp8.merged_args(layout)["--micro-batch-size"] * 8192
-        assert extra == pytest.approx(6 * tokens * 2 * 14336 / (1 << 30)), layout.name
+        tokens = args["--micro-batch-size"] * args["--seq-length"]
+        widest = 2 * args["--ffn-hidden-size"] / args["--tensor-model-parallel-size"]
+        assert extra == pytest.approx(6 * tokens * widest / (1 << 30)), layout.name
 
 
 @pytest.fixture(scope="module")
