@@ -210,7 +210,7 @@ def bridge_results(patched_wheel, child_dir) -> dict:
     mbridge_or_skip()
     workdir = child_dir / "hf-bridge"
     workdir.mkdir(exist_ok=True)
-    return harness.run_checks("checks.hf_bridge", ",".join(FAMILIES), patched_wheel, workdir)
+    return harness.run_checks("checks.hf_bridge", ",".join([*FAMILIES, "deepseek_v3"]), patched_wheel, workdir)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -222,6 +222,16 @@ def test_mbridge_loads_hf_weights_with_hf_logits_and_exports_them(bridge_results
     assert result["export_diff"] == 0.0, result
     assert result["fused_norms"] == 2 and result["input_layernorms"] == 0, result  # TE's names
     assert {"TELayerNormColumnParallelLinear", "TERowParallelLinear", "TENorm"} <= set(result["te_modules"])
+
+
+def test_mbridge_loads_deepseek_v3_with_the_documented_settings(bridge_results):
+    """mbridge 0.15.1's DeepSeek-V3 bridge on core_v0.19.0 with docs/training.md's two settings (its
+    config's max_position_embeddings renamed; the plain checkpoint reader): MLA, MoE with a shared
+    expert and expert bias, the torch grouped experts; Hugging Face's logits (fp32, CPU)."""
+    result = bridge_results["deepseek_v3"]
+    assert result["logits_diff"] <= 1e-6 * max(1.0, result["scale"]), result
+    assert {"TELinear", "TELayerNormColumnParallelLinear", "TERowParallelLinear", "TENorm"} <= set(result["te_modules"])
+    assert result["experts"] == "TorchGroupedMLP"
 
 
 @pytest.mark.parametrize("layout, families", [("tp2", ("llama", "qwen3_moe")), ("ep2", ("qwen3_moe", "mixtral"))])

@@ -6,9 +6,12 @@ transformers, whose logits must be the same. Groups: one per model family (llama
 mixtral); tp2 and ep2 (as each of two ranks: TP 2, EP 2); `journey_import`/`journey_export` convert for and from
 pretrain_gpt.py (torch_dist).
 
-Not DeepSeek-V3: mbridge 0.15.1's bridge for it passes max_position_embeddings to
-MLATransformerConfig, which megatron-core 0.19 does not take (TypeError, with or without TE);
-test_te_spec_torch.py's own MLA cases check that spec.
+DeepSeek-V3 (group deepseek_v3: MLA, a dense first layer, MoE with a shared expert and expert bias;
+no MTP layer) loads only with docs/training.md's two user-side settings for mbridge 0.15.1, which
+this tree's patches cannot change: its bridge passes max_position_embeddings to MLATransformerConfig,
+which megatron-core 0.19 calls original_max_position_embeddings (TypeError, with or without TE), and
+its checkpoint reader imports triton (to dequantize FP8 checkpoints; GPU builds of PyTorch have it).
+Its export is not checked: mbridge moves the routers' expert_bias to torch.cuda.current_device().
 
 mbridge 0.15.1's Bridge.get_model fails on megatron-core 0.19 before building anything (with or
 without TE: it compares with ModelType.encoder_and_decoder, which 0.19 removed) and moves the model
@@ -173,6 +176,52 @@ def mixtral() -> dict:
 
 
 # ---------------------------------------------------------------- pretrain_gpt.py's journey
+
+
+def deepseek_v3() -> dict:
+    """A tiny random DeepSeek-V3 (transformers' DeepseekV3ForCausalLM, fp32) loaded by mbridge with
+    docs/training.md's settings: Megatron's logits against Hugging Face's."""
+    import transformers
+    from mbridge.core.safetensor_io import SafeTensorIO
+    from mbridge.models.deepseek_v3 import DeepseekV3Bridge
+
+    from megatron.core.transformer import MLATransformerConfig
+
+    def mla_config(max_position_embeddings=4096, **kwargs):  # docs/training.md's rename
+        return MLATransformerConfig(original_max_position_embeddings=max_position_embeddings, **kwargs)
+
+    workdir = shared_dir() / "deepseek_v3"
+    config = transformers.DeepseekV3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+        first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4, n_shared_experts=1,
+        num_experts_per_tok=2, n_group=1, topk_group=1, routed_scaling_factor=1.0, max_position_embeddings=64,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, rope_scaling=None)
+    torch.manual_seed(0)
+    hf = transformers.DeepseekV3ForCausalLM(config).float().eval()
+    hf.save_pretrained(workdir / "hf")
+    with torch.no_grad():
+        reference = hf(tokens()).logits
+    saved = DeepseekV3Bridge.TransformerConfigClass
+    DeepseekV3Bridge.TransformerConfigClass = staticmethod(mla_config)  # each set_extra_args builds the config
+    try:
+        bridge = bridge_for(workdir / "hf")
+        bridge.set_extra_args(moe_shared_expert_overlap=False)  # a CUDA stream
+    finally:
+        DeepseekV3Bridge.TransformerConfigClass = saved
+    bridge._get_safetensor_io = lambda path: SafeTensorIO(bridge._get_actual_hf_path(path))
+    for variable in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN"):
+        # set by the families' models before in this process (their attention backend is auto, this one's fused)
+        os.environ.pop(variable, None)
+    model = megatron_model(bridge)
+    bridge.load_weights([model], str(workdir / "hf"))
+    logits = megatron_logits(model)
+    return {
+        "scale": reference.abs().max().item(),
+        "logits_diff": (logits - reference).abs().max().item(),
+        "te_modules": sorted({type(m).te_module for m in model.modules() if getattr(type(m), "te_module", None)}),
+        "experts": type(model.decoder.layers[1].mlp.experts).__name__,
+    }
 
 
 def journey_import() -> dict:
