@@ -9,7 +9,9 @@ default release without ROCMPATCH_TEST_RELEASES, the releases it names with it (
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -34,6 +36,17 @@ SCALED_AWAY = (
     "--vocab-size", "--mock-data", "--make-vocab-size-divisible-by",
 )
 ITERS = 6
+
+# Upstream's parse_args and validate_args of the tree, for each (world size, argv) of RECIPE_LAYOUTS.
+VALIDATE = """
+import json, os, sys
+from megatron.training.arguments import parse_args, validate_args
+for world, argv in json.loads(os.environ["RECIPE_LAYOUTS"]):
+    os.environ["WORLD_SIZE"] = str(world)
+    sys.argv = ["pretrain_gpt.py", *argv]
+    validate_args(parse_args())
+    print("validated", world)
+"""
 
 
 def selected_releases() -> list:
@@ -79,6 +92,34 @@ def test_scaled_down_recipe_trains_where_it_launches(name, applied):
     harness.assert_learns(run.losses, ITERS)
     notes = "; ".join(fitted.notes) or "as written"
     print(f"\n{release} {name}: trained, loss {run.losses[1]:.4f} -> {run.losses[ITERS]:.4f} ({notes})")
+
+
+def launched_args(recipe, tree, args: dict) -> dict | None:
+    """The flags `recipe launch` passes to `tree` for `args`, or None where it refuses (one line)."""
+    try:
+        return fit.to_tree(recipe, tree, args, set()).args
+    except UsageError as refused:
+        assert "\n" not in str(refused) and refused.hint and "\n" not in refused.hint, refused
+        return None
+
+
+@pytest.mark.parametrize("name", names())
+def test_recipe_layouts_pass_validate_args_where_it_launches(name, applied):
+    """Each of the recipe's layouts (its own sizes and GPU counts), as `recipe launch` passes it to the
+    tree, passes that tree's parse_args and validate_args (the rest of the recipe is what trains above)."""
+    release, tree = applied
+    recipe = find(name)
+    layouts = []
+    for layout in recipe.layouts:
+        args = launched_args(recipe, tree, recipe.merged_args(layout))
+        if args is None:
+            pytest.skip(f"recipe launch refuses {name} on {release}")
+        args = {**args, "--tokenizer-type": "NullTokenizer", "--vocab-size": recipe.vocab_size, "--mock-data": True}
+        layouts.append((layout.world_size, to_argv(args)))
+    env = harness.clean_env(RECIPE_LAYOUTS=json.dumps(layouts), RANK="0", CUDA_DEVICE_MAX_CONNECTIONS="1", PYTHONPATH=str(tree))
+    done = subprocess.run([sys.executable, "-c", VALIDATE], cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{release} {name}: {done.stderr[-3000:]}"
+    assert done.stdout.count("validated") == len(layouts), done.stdout[-2000:]
 
 
 def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(applied, tmp_path):
