@@ -1,14 +1,25 @@
-"""Each recipe, scaled down, trains: its flags (parallel layout, sizes and data aside) on upstream's
-pretrain_gpt.py of the default release's patched tree, two CPU processes over gloo. Needs a Megatron-LM
-mirror (ROCMPATCH_TEST_UPSTREAM), like the series' other full-tree training tests."""
+"""Each recipe, scaled down, trains on each release it launches on: on a tree `rocmpatch apply` wrote
+from the mirror (ROCMPATCH_TEST_UPSTREAM), `recipe launch`'s own choice of flags for that tree
+(rocmpatch.recipes.fit: the recipe as written on a release its `releases:` lists, on another the flags
+that tree's Megatron knows), its parallel layout, sizes and data aside, on upstream's pretrain_gpt.py,
+two CPU processes over gloo. A recipe `recipe launch` refuses on a release is refused in one line.
+
+Which releases: those the series harness runs fully (tests/series/harness.py, not_run_here): the
+default release without ROCMPATCH_TEST_RELEASES, the releases it names with it (or all)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
+from rocmpatch.errors import UsageError
 from rocmpatch.megatron_args import to_argv
+from rocmpatch.recipes import fit
 from rocmpatch.recipes.catalog import cpu_sizes, find, names
-from rocmpatch.releases import choose
 from tests.series import harness
 from tests.series.flags import DEEPSEEK_BASE
 
@@ -27,38 +38,103 @@ SCALED_AWAY = (
 )
 ITERS = 6
 
+# Upstream's parse_args and validate_args of the tree, for each (world size, argv) of RECIPE_LAYOUTS.
+VALIDATE = """
+import json, os, sys
+from megatron.training.arguments import parse_args, validate_args
+for world, argv in json.loads(os.environ["RECIPE_LAYOUTS"]):
+    os.environ["WORLD_SIZE"] = str(world)
+    sys.argv = ["pretrain_gpt.py", *argv]
+    validate_args(parse_args())
+    print("validated", world)
+"""
 
-@pytest.fixture(scope="module")
-def training_tree(upstream_mirror, tmp_path_factory):
-    """The default release's (where the recipes are) whole pinned tree of the mirror, patched."""
+
+def selected_releases() -> list:
+    """Every release, skipped (saying where it runs) where this session does not test it fully."""
+    params = []
+    for release in harness.releases():
+        reason = harness.not_run_here(release.name, generic=True, every_release=False)
+        params.append(pytest.param(release, id=release.name, marks=[pytest.mark.skip(reason=reason)] if reason else []))
+    return params
+
+
+@pytest.fixture(scope="module", params=selected_releases())
+def applied(request, upstream_mirror, tmp_path_factory):
+    """(release, its tree written by `rocmpatch apply`): a checkout whose release `recipe launch` detects."""
+    from tests.data.prepared import applied_tree
+
     harness.needs_training_tools()
-    release = harness.Release(choose(harness.ROOT / "patchsets", None).release)
-    return harness.Trees(tmp_path_factory).full(release, upstream_mirror)
+    release = request.param
+    return release, applied_tree(release.name, upstream_mirror, tmp_path_factory.mktemp("recipe-trees"))
 
 
 @pytest.mark.parametrize("name", names())
-def test_scaled_down_recipe_trains(name, training_tree):
+def test_scaled_down_recipe_trains_where_it_launches(name, applied):
+    release, tree = applied
     recipe = find(name)
     layout = recipe.layouts[0]
-    kept = {flag: value for flag, value in recipe.merged_args(layout).items() if flag not in SCALED_AWAY}
+    args = recipe.merged_args(layout)
+    try:
+        fitted = fit.to_tree(recipe, tree, args, set())
+    except UsageError as refused:  # what `recipe launch` prints, before torchrun starts
+        assert release.name not in recipe.releases.releases(fit.release_order()), f"{name} lists {release} yet: {refused}"
+        assert "\n" not in str(refused) and refused.hint and "\n" not in refused.hint, refused
+        print(f"\n{release} {name}: refused: {refused}")
+        return
+    kept = {flag: value for flag, value in fitted.args.items() if flag not in SCALED_AWAY}
     kept.update(cpu_sizes(kept))  # MoE and MLA sizes too: at most 4 experts (a multiple of the two processes)
-    if "--expert-model-parallel-size" in recipe.merged_args(layout):
+    if "--expert-model-parallel-size" in args:
         kept["--expert-model-parallel-size"] = 2  # the recipe's expert parallelism, over the two processes
     if kept.get("--multi-latent-attention"):  # MLA has no key-value groups
-        run = harness.trains_on_cpu(training_tree, *to_argv(kept), iters=ITERS, base=DEEPSEEK_BASE)
+        run = harness.trains_on_cpu(tree, *to_argv(kept), iters=ITERS, base=DEEPSEEK_BASE)
     else:
-        run = harness.trains_on_cpu(training_tree, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
+        run = harness.trains_on_cpu(tree, *to_argv(kept), "--num-query-groups", "2", iters=ITERS)
     harness.assert_learns(run.losses, ITERS)
+    notes = "; ".join(fitted.notes) or "as written"
+    print(f"\n{release} {name}: trained, loss {run.losses[1]:.4f} -> {run.losses[ITERS]:.4f} ({notes})")
 
 
-def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(training_tree, tmp_path):
+def launched_args(recipe, tree, args: dict) -> dict | None:
+    """The flags `recipe launch` passes to `tree` for `args`, or None where it refuses (one line)."""
+    try:
+        return fit.to_tree(recipe, tree, args, set()).args
+    except UsageError as refused:
+        assert "\n" not in str(refused) and refused.hint and "\n" not in refused.hint, refused
+        return None
+
+
+@pytest.mark.parametrize("name", names())
+def test_recipe_layouts_pass_validate_args_where_it_launches(name, applied):
+    """Each of the recipe's layouts (its own sizes and GPU counts), as `recipe launch` passes it to the
+    tree, passes that tree's parse_args and validate_args (the rest of the recipe is what trains above)."""
+    release, tree = applied
+    recipe = find(name)
+    layouts = []
+    for layout in recipe.layouts:
+        args = launched_args(recipe, tree, recipe.merged_args(layout))
+        if args is None:
+            pytest.skip(f"recipe launch refuses {name} on {release}")
+        args = {**args, "--tokenizer-type": "NullTokenizer", "--vocab-size": recipe.vocab_size, "--mock-data": True}
+        layouts.append((layout.world_size, to_argv(args)))
+    env = harness.clean_env(RECIPE_LAYOUTS=json.dumps(layouts), RANK="0", CUDA_DEVICE_MAX_CONNECTIONS="1", PYTHONPATH=str(tree))
+    done = subprocess.run([sys.executable, "-c", VALIDATE], cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{release} {name}: {done.stderr[-3000:]}"
+    assert done.stdout.count("validated") == len(layouts), done.stdout[-2000:]
+
+
+def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(applied, tmp_path):
     """`recipe launch --device cpu` itself (no dry run): trains the scaled-down recipe over gloo, saves,
     then resumes from the same --save directory with a larger --train-iters."""
-    import os
-    import sys
+    release, tree = applied
+    recipe = find("llama3-8b")
+    try:
+        fit.to_tree(recipe, tree, recipe.merged_args(recipe.layouts[0]), set())
+    except UsageError as refused:
+        pytest.skip(f"{release}: recipe launch refuses llama3-8b ({refused})")
 
     def launch(iters: int) -> dict[int, float]:
-        command = [sys.executable, "-m", "rocmpatch", "recipe", "launch", "llama3-8b", "-t", str(training_tree), "--device", "cpu",
+        command = [sys.executable, "-m", "rocmpatch", "recipe", "launch", "llama3-8b", "-t", str(tree), "--device", "cpu",
                    "--mock-data", "--save", str(tmp_path / "ckpt"), "--", "--train-iters", str(iters), "--eval-iters", "1",
                    "--vocab-size", "512"]  # not Llama 3's 128256: the embedding would be most of the CPU time
         env = harness.clean_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
@@ -69,4 +145,4 @@ def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(training_tree,
         return {i: float(fields["lm loss"]) for i, fields in harness.log_fields(output).items() if "lm loss" in fields}
 
     assert sorted(launch(3)) == [1, 2, 3]
-    assert sorted(launch(5)) == [4, 5]  # resumed at 3, went on to the new end
+    assert sorted(launch(5)) == [4, 5], release  # resumed at 3, went on to the new end

@@ -54,3 +54,5 @@ def test_prepares_with_the_trees_tokenizer_and_trains(tree, tmp_path):
     base = [flag for flag in TINY_LLAMA if flag not in mock]
     run = harness.trains_on_cpu(tree, *data, "--split", "98,2,0", *FASTER, iters=10, base=base)
     harness.assert_learns(run.losses, 10)
+    print(f"\n{tree.name}: data prepare {summary['documents']} documents, {summary['tokens']} tokens "
+          f"({summary['--tokenizer-type']}); trained loss {run.losses[1]:.4f} -> {run.losses[10]:.4f}")
