@@ -23,11 +23,12 @@ pytestmark = [harness.releases_with("selective-recompute"), pytest.mark.upstream
 PATCH = "checkpoint-without-output-no-te"
 ITERS = 4
 RECOMPUTE = ["--recompute-granularity", "selective", "--recompute-modules", "layernorm"]
+TINY_MOE = [*FP32_LLAMA, "--train-iters", str(ITERS), *MOE_LAYER]
 
 
 def test_layernorm_recompute_logs_the_losses_of_the_run_without_it(training_tree):
-    straight = harness.trains_on_cpu(training_tree, *MOE_LAYER, iters=ITERS, base=FP32_LLAMA)
-    recomputed = harness.trains_on_cpu(training_tree, *MOE_LAYER, *RECOMPUTE, iters=ITERS, base=FP32_LLAMA)
+    straight = harness.trains(training_tree, TINY_MOE)
+    recomputed = harness.trains(training_tree, [*TINY_MOE, *RECOMPUTE])
     assert sorted(straight.losses) == list(range(1, ITERS + 1)), straight.tail()
     # The recompute runs the same torch ops on the same inputs and RNG states: equal, not just close.
     assert recomputed.losses == straight.losses, (straight.losses, recomputed.losses)
@@ -36,6 +37,6 @@ def test_layernorm_recompute_logs_the_losses_of_the_run_without_it(training_tree
 def test_without_the_patch_the_first_forward_dies_naming_fp8_global_state_manager(release, trees, upstream_mirror):
     harness.needs_training_tools()
     tree = trees.full(release, upstream_mirror, release.patches(without=(PATCH,)))
-    run = harness.pretrain(tree, [*FP32_LLAMA, "--train-iters", "1", *RECOMPUTE])
+    run = harness.pretrain(tree, [*TINY_MOE, *RECOMPUTE])
     assert run.returncode != 0 and not run.logged, run.tail(3000)
     assert "NameError: name 'FP8GlobalStateManager' is not defined" in run.output, run.tail(3000)
