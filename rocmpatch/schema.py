@@ -250,6 +250,7 @@ FEATURES = {
     "fp8": "--fp8-format with --fp8-recipe tensorwise without TE runs the linear layers' GEMMs in FP8 on torch._scaled_mm; what cannot run is refused in one line",
     "te-spec-torch": "without Transformer Engine the TE layer spec builds torch modules with TE's names, equal to the local spec",
     "te-impl-torch": "without Transformer Engine an explicit --transformer-impl transformer_engine trains with TE's spec from torch modules (TE's checkpoint keys) in one line; TE's kernels are refused in one line",
+    "selective-recompute": "without TE, --recompute-modules layernorm (CheckpointWithoutOutput) trains with the losses of the run without recompute",
     "legacy-model": "the legacy megatron/model GPT trains on CPU, saves and resumes",
 }
 
