@@ -9,9 +9,7 @@ default release without ROCMPATCH_TEST_RELEASES, the releases it names with it (
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -21,6 +19,7 @@ from rocmpatch.megatron_args import to_argv
 from rocmpatch.recipes import fit
 from rocmpatch.recipes.catalog import cpu_sizes, find, names
 from tests.series import harness
+from tests.recipes.upstream_args import layout_case, run_cases
 from tests.series.flags import DEEPSEEK_BASE
 
 pytestmark = pytest.mark.upstream
@@ -37,18 +36,6 @@ SCALED_AWAY = (
     "--vocab-size", "--mock-data", "--make-vocab-size-divisible-by",
 )
 ITERS = 6
-
-# Upstream's parse_args and validate_args of the tree, for each (world size, argv) of RECIPE_LAYOUTS.
-VALIDATE = """
-import json, os, sys
-from megatron.training.arguments import parse_args, validate_args
-for world, argv in json.loads(os.environ["RECIPE_LAYOUTS"]):
-    os.environ["WORLD_SIZE"] = str(world)
-    sys.argv = ["pretrain_gpt.py", *argv]
-    validate_args(parse_args())
-    print("validated", world)
-"""
-
 
 def selected_releases() -> list:
     """Every release, skipped (saying where it runs) where this session does not test it fully."""
@@ -105,22 +92,20 @@ def launched_args(recipe, tree, args: dict) -> dict | None:
 
 
 @pytest.mark.parametrize("name", names())
-def test_recipe_layouts_pass_validate_args_where_it_launches(name, applied):
+def test_recipe_layouts_pass_validate_args_where_it_launches(name, applied, tmp_path):
     """Each of the recipe's layouts (its own sizes and GPU counts), as `recipe launch` passes it to the
     tree, passes that tree's parse_args and validate_args (the rest of the recipe is what trains above)."""
     release, tree = applied
     recipe = find(name)
-    layouts = []
+    cases = []
     for layout in recipe.layouts:
         args = launched_args(recipe, tree, recipe.merged_args(layout))
         if args is None:
             pytest.skip(f"recipe launch refuses {name} on {release}")
-        args = {**args, "--tokenizer-type": "NullTokenizer", "--vocab-size": recipe.vocab_size, "--mock-data": True}
-        layouts.append((layout.world_size, to_argv(args)))
-    env = harness.clean_env(RECIPE_LAYOUTS=json.dumps(layouts), RANK="0", CUDA_DEVICE_MAX_CONNECTIONS="1", PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, "-c", VALIDATE], cwd=tree, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{release} {name}: {done.stderr[-3000:]}"
-    assert done.stdout.count("validated") == len(layouts), done.stdout[-2000:]
+        cases.append(layout_case(layout.name, recipe, args, layout.world_size))
+    for key, run in run_cases(tree, cases, tmp_path).items():
+        assert run["returncode"] == 0, f"{release} {name} {key}: {run['output'][-3000:]}"
+        assert "validated" in run["output"], f"{release} {name} {key}: {run['output'][-2000:]}"
 
 
 def test_cpu_launch_trains_saves_and_resumes_with_more_iterations(applied, tmp_path):
