@@ -554,8 +554,22 @@ def te_parameter_names(te_module: str, normalization: str, linear_bias: bool) ->
 
 
 # A local spec layer's parameters in the TE spec's names: the norms it fuses into the next linear.
-LOCAL_TO_TE = {".input_layernorm.": ".self_attention.linear_qkv.layer_norm_",
-               ".pre_mlp_layernorm.": ".mlp.linear_fc1.layer_norm_"}
+LOCAL_TO_TE = {
+    ".input_layernorm.": ".self_attention.linear_qkv.layer_norm_",
+    ".pre_mlp_layernorm.": ".mlp.linear_fc1.layer_norm_",  # dense layers (MoE keeps its norm)
+    ".self_attention.q_layernorm.": ".self_attention.linear_q_up_proj.layer_norm_",  # MLA
+    ".self_attention.kv_layernorm.": ".self_attention.linear_kv_up_proj.layer_norm_",  # MLA
+}
+
+
+def local_to_te(name: str, te_names) -> str:
+    """`name`, a parameter or state key of a local spec model or layer, as the TE spec's calls it (where
+    `te_names` has it)."""
+    dotted = f".{name}"
+    for old, new in LOCAL_TO_TE.items():
+        if old in dotted and dotted.replace(old, new)[1:] in te_names:
+            return dotted.replace(old, new)[1:]
+    return name
 
 
 def _run_te_spec(torch, device, dtype):
@@ -592,10 +606,7 @@ def _run_te_spec(torch, device, dtype):
     te_params = dict(te_layer.named_parameters())
     with torch.no_grad():
         for name, param in local_layer.named_parameters():
-            dotted = f".{name}"
-            for old, new in LOCAL_TO_TE.items():
-                dotted = dotted.replace(old, new)
-            te_params[dotted[1:]].copy_(param)
+            te_params[local_to_te(name, te_params)].copy_(param)
     generator = torch.Generator().manual_seed(13)
     x = torch.randn(seq, batch, config.hidden_size, generator=generator).to(device=device, dtype=dtype)
     grad = torch.randn(seq, batch, config.hidden_size, generator=generator).to(device=device, dtype=dtype)

@@ -27,6 +27,8 @@ import logging
 import os
 from pathlib import Path
 
+from rocmpatch.smoke.op_checks import local_to_te
+
 VOCAB, SEQ, BATCH = 128, 16, 2
 UPSTREAM_PROVIDER = "TE_SPEC_UPSTREAM_PROVIDER"  # the pristine tree's transformer_engine_spec_provider.py
 
@@ -243,23 +245,6 @@ def te_modules(model) -> list:
         keys = [key for key in module.state_dict() if "." not in key]
         found.append([path, te_module, params, keys])
     return found
-
-
-# A local layer's parameter in TE's names: the norm the TE spec fuses into the next linear.
-LOCAL_TO_TE = {
-    ".input_layernorm.": ".self_attention.linear_qkv.layer_norm_",
-    ".pre_mlp_layernorm.": ".mlp.linear_fc1.layer_norm_",  # dense layers (MoE keeps its norm)
-    ".self_attention.q_layernorm.": ".self_attention.linear_q_up_proj.layer_norm_",  # MLA
-    ".self_attention.kv_layernorm.": ".self_attention.linear_kv_up_proj.layer_norm_",  # MLA
-}
-
-
-def local_to_te(name: str, te_names) -> str:
-    """`name` of the local spec's model as the TE spec's model calls it (where that model has it)."""
-    for old, new in LOCAL_TO_TE.items():
-        if old in name and name.replace(old, new) in te_names:
-            return name.replace(old, new)
-    return name
 
 
 def sharded_keys(model) -> list:
