@@ -17,7 +17,6 @@ Where and how many:
   --gpus N                 GPUs (processes) on this node [NUM_GPUS, default 1]
   --tp N                   tensor-parallel size [TP, default 1]
   --pp N                   pipeline-parallel size [PP, default 1]
-  --master-port PORT       rendezvous port on localhost [MASTER_PORT, default 29500]
   --torchrun CMD           torchrun executable [TORCHRUN, default torchrun]
 
 Model (defaults: a GPT-2 small sized model, about 125M parameters):
@@ -59,6 +58,8 @@ Data (mock data unless --data-path is given):
   --vocab-size N           NullTokenizer vocabulary size [VOCAB_SIZE, default 50257]
 
 Other:
+  --master-port PORT       accepted from older versions of this script and not used: torchrun
+                           --standalone picks a free port, so two runs on one node do not collide
   --dry-run                print the command (CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...) on one line, exit 0;
                            files and directories are not checked
   -h, --help               print this help and exit
@@ -79,7 +80,6 @@ MEGATRON_DIR="${MEGATRON_DIR:-./Megatron-LM}"
 NUM_GPUS="${NUM_GPUS:-1}"
 TP="${TP:-1}"
 PP="${PP:-1}"
-MASTER_PORT="${MASTER_PORT:-29500}"
 TORCHRUN="${TORCHRUN:-torchrun}"
 NUM_LAYERS="${NUM_LAYERS:-12}"
 HIDDEN_SIZE="${HIDDEN_SIZE:-768}"
@@ -134,7 +134,8 @@ while [[ $# -gt 0 ]]; do
                 --gpus) NUM_GPUS="$2" ;;
                 --tp) TP="$2" ;;
                 --pp) PP="$2" ;;
-                --master-port) MASTER_PORT="$2" ;;
+                --master-port)  # torchrun --standalone takes a free port itself: nothing to set
+                    echo "pretrain_gpt_rocm.sh: note: --master-port $2 is not used: torchrun --standalone picks a free port (two runs on one node do not collide)" >&2 ;;
                 --torchrun) TORCHRUN="$2" ;;
                 --num-layers) NUM_LAYERS="$2" ;;
                 --hidden-size) HIDDEN_SIZE="$2" ;;
@@ -170,7 +171,6 @@ positive_int() {  # name value
 positive_int --gpus "$NUM_GPUS"
 positive_int --tp "$TP"
 positive_int --pp "$PP"
-positive_int --master-port "$MASTER_PORT"
 positive_int --num-layers "$NUM_LAYERS"
 positive_int --hidden-size "$HIDDEN_SIZE"
 positive_int --num-heads "$NUM_HEADS"
@@ -262,9 +262,9 @@ if ((DRY_RUN == 0)); then
 fi
 
 # --- the command ---
-cmd=("$TORCHRUN"
-    --nnodes 1 --nproc_per_node "$NUM_GPUS"
-    --master_addr localhost --master_port "$MASTER_PORT"
+# The launcher words are rocmpatch's one-node torchrun line (rocmpatch/launchers.py, torchrun():
+# a test keeps them equal): --standalone runs the rendezvous on this host at a free port.
+cmd=("$TORCHRUN" --standalone --nproc-per-node "$NUM_GPUS"
     "$MEGATRON_DIR/pretrain_gpt.py"
     --tensor-model-parallel-size "$TP"
     --pipeline-model-parallel-size "$PP"

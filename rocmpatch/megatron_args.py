@@ -10,6 +10,7 @@ a value a number or string, several values a tuple (`--data-path 0.7 a 0.3 b`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from rocmpatch.errors import UsageError
 
@@ -144,3 +145,17 @@ class AttentionShape:
         groups = integer(args, "--num-query-groups", heads) if args.get("--group-query-attention") else heads
         head_dim = integer(args, "--kv-channels", integer(args, "--hidden-size") // heads)
         return cls(heads // layout.tp, groups // layout.tp, head_dim, seq)
+
+
+DEVICE_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+FSDP_FLAGS = ("--use-torch-fsdp2", "--use-megatron-fsdp")
+
+
+def gpu_launch_environment(args: dict, environ: Mapping[str, str]) -> dict[str, str]:
+    """What a GPU launch of pretrain_gpt.py sets unless `environ` (the user's) already does:
+    CUDA_DEVICE_MAX_CONNECTIONS=1, which upstream's validate_args asserts on CUDA GPUs before Blackwell
+    with tensor or context parallelism (HIP ignores it; the series keeps that check to CUDA builds).
+    Not with FSDP, which asserts the opposite. examples/pretrain_gpt_rocm.sh sets the same."""
+    if DEVICE_CONNECTIONS in environ or any(args.get(flag) for flag in FSDP_FLAGS):
+        return {}
+    return {DEVICE_CONNECTIONS: "1"}

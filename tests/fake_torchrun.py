@@ -12,7 +12,7 @@ from pathlib import Path
 SCRIPT = """#!{python}
 import json, os, sys
 with open(os.environ["FAKE_TORCHRUN_OUT"], "a") as out:
-    out.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")}}}}) + "\\n")
+    out.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS")}}}}) + "\\n")
 """
 
 

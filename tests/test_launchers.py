@@ -21,13 +21,16 @@ NASTY = ["$HOME", "x{,--load=/evil}", "a${IFS}b", "$(touch pwned)", "`touch pwne
 def test_the_vector_is_what_was_given_and_the_line_runs_the_same(tmp_path, monkeypatch):
     record = fake_torchrun.install(tmp_path / "bin", monkeypatch)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
     launch = launchers.torchrun(["/tree $X/pretrain_gpt.py", *NASTY], nproc=2, env={"CUDA_VISIBLE_DEVICES": ""})
     assert launch.vector() == ["torchrun", "--standalone", "--nproc-per-node", "2", "/tree $X/pretrain_gpt.py", *NASTY]
     assert launchers.run(launch) == 0
     subprocess.run(["bash", "-c", launch.line()], check=True)
     subprocess.run(["sh", "-c", launch.line()], check=True)
     direct, bash, sh = fake_torchrun.calls(record)
-    assert direct == bash == sh == {"argv": launch.vector()[1:], "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": None}}
+    assert direct == bash == sh == {"argv": launch.vector()[1:], "env": {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": None,
+                                                                       "CUDA_DEVICE_MAX_CONNECTIONS": None}}
     assert not (tmp_path / "pwned").exists()
 
 

@@ -1,12 +1,13 @@
 """rocmpatch.megatron_args: argument vectors both ways, typed reads, the parallel layout and what
-Megatron would refuse, the attention shape one GPU computes."""
+Megatron would refuse, the attention shape one GPU computes, the environment a GPU launch sets."""
 
 from __future__ import annotations
 
 import pytest
 
 from rocmpatch.errors import ExitCode, UsageError
-from rocmpatch.megatron_args import AttentionShape, ParallelLayout, flag_value, integer, parse_argv, to_argv
+from rocmpatch.megatron_args import (AttentionShape, ParallelLayout, flag_value, gpu_launch_environment, integer, parse_argv,
+                                     to_argv)
 
 
 def test_argv_round_trip():
@@ -47,3 +48,10 @@ def test_attention_shape_per_gpu():
     mla = {"--num-attention-heads": 16, "--multi-latent-attention": True, "--qk-head-dim": 128, "--qk-pos-emb-head-dim": 64,
            "--v-head-dim": 128, "--hidden-size": 2048, "--seq-length": 4096}
     assert AttentionShape.of(mla, ParallelLayout.of(mla, 1)) == AttentionShape(16, 16, 192, 4096, 128)
+
+
+def test_a_gpu_launch_sets_one_device_connection_unless_the_user_or_fsdp_says_otherwise():
+    assert gpu_launch_environment({"--bf16": True}, {}) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert gpu_launch_environment({}, {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}) == {}  # the user's value stands
+    assert gpu_launch_environment({"--use-torch-fsdp2": True}, {}) == {}  # FSDP asserts it is not 1
+    assert gpu_launch_environment({"--use-megatron-fsdp": True}, {}) == {}

@@ -1,5 +1,6 @@
 """A recipe as a launch: its flags for a layout (or its CPU shape), the data and checkpoints, the flags
-given after `--`, then torchrun TARGET/pretrain_gpt.py with them (rocmpatch.launchers: no shell).
+given after `--`, then torchrun TARGET/pretrain_gpt.py with them (rocmpatch.launchers: no shell), on
+GPUs with megatron_args.gpu_launch_environment, on the CPU with every GPU hidden.
 
 Everything Megatron would stumble on is checked before torchrun starts, each a line with the fix: the
 device (`auto`: this machine's GPUs, else its CPU), the processes against the GPUs torch sees, the
@@ -10,6 +11,7 @@ tokenizer (recipes/inputs.py) and the split against the data's documents (recipe
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from rocmpatch import launchers
 from rocmpatch.errors import EnvironmentProblem, UsageError
 from rocmpatch.launchers import Launch, torchrun
 from rocmpatch.recipes import fit, inputs, schedule, splits
-from rocmpatch.megatron_args import parse_argv, to_argv
+from rocmpatch.megatron_args import gpu_launch_environment, parse_argv, to_argv
 from rocmpatch.recipes.catalog import Recipe, layout_problems
 from rocmpatch.recipes.schema import typed_command_line_args
 from rocmpatch.target import require_tree
@@ -153,5 +155,5 @@ def plan(recipe: Recipe, request: LaunchRequest) -> RecipeLaunch:
         unchecked = inputs.check_tokenizer(args)
         notes += split_notes + ((unchecked,) if unchecked else ())
     launch = torchrun([str(target / "pretrain_gpt.py"), *to_argv(args)], nproc=gpus_per_node, nodes=request.nodes,
-                      slurm=request.slurm, job=f"rocmpatch-{recipe.name}", env=CPU_ENVIRONMENT if device == "cpu" else None)
+                      slurm=request.slurm, job=f"rocmpatch-{recipe.name}", env=CPU_ENVIRONMENT if device == "cpu" else gpu_launch_environment(args, os.environ))
     return RecipeLaunch(launch, notes + fitted_schedule.notes + fitted.notes)

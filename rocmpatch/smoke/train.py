@@ -27,7 +27,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from rocmpatch.megatron_args import flag_value
+from rocmpatch.megatron_args import flag_value, gpu_launch_environment
 from rocmpatch.smoke.child import CUDA_ONLY_MESSAGES, StageFailure, in_target, is_nvidia_only, stage_main, step, target_root
 from rocmpatch.smoke.launch import launcher_timeout, torchrun
 from rocmpatch.smoke.profile import SmokeProfile, TrainProfile, TrainRun
@@ -133,8 +133,8 @@ def iteration_steps(path: str, iters: int):
 def worker_env(platform: str) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")  # Megatron's iteration lines as they come, not at exit
-    if platform == "cuda":
-        env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # what NVIDIA's own scripts set; HIP ignores it
+    if platform != "cpu":
+        env.update(gpu_launch_environment({}, env))
     if platform == "cpu":  # --device cpu on a GPU machine: Megatron must not find the GPUs
         env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
     return env

@@ -73,8 +73,7 @@ def test_help_exits_zero_and_lists_options():
 def test_dry_run_defaults():
     argv = dry_run()
     assert argv[0] == "torchrun"
-    assert value(argv, "--nproc_per_node") == "1"
-    assert value(argv, "--nnodes") == "1"
+    assert value(argv, "--nproc-per-node") == "1" and "--standalone" in argv
     script = next(a for a in argv if a.endswith("pretrain_gpt.py"))
     assert script == "./Megatron-LM/pretrain_gpt.py"
     megatron = argv[argv.index(script) + 1 :]
@@ -87,13 +86,36 @@ def test_dry_run_defaults():
     assert "--data-path" not in megatron
 
 
+@pytest.mark.parametrize("args", [(), ("--gpus", "8", "--tp", "2", "--megatron-dir", "/opt/Megatron LM")])
+def test_the_launch_is_rocmpatchs_one_torchrun_line(args):
+    """The script mirrors the one builder in bash: its line is launchers.torchrun's one-node line, with
+    the environment megatron_args.gpu_launch_environment sets (what `recipe launch` prints)."""
+    from rocmpatch import launchers
+    from rocmpatch.megatron_args import gpu_launch_environment
+
+    printed = run("--dry-run", *args)
+    assert printed.returncode == 0, printed.stderr
+    words = shlex.split(printed.stdout)
+    script = next(index for index, word in enumerate(words) if word.endswith("pretrain_gpt.py"))
+    gpus = int(value(words, "--nproc-per-node"))
+    expected = launchers.torchrun(words[script:], nproc=gpus, env=gpu_launch_environment({}, {}))
+    assert words == shlex.split(expected.line())
+
+
+def test_master_port_is_accepted_and_said_to_be_unused():
+    """Older versions took --master-port; torchrun --standalone picks a free port now: a note, not an error."""
+    result = run("--dry-run", "--master-port", "29600")
+    assert result.returncode == 0
+    assert "--master-port 29600 is not used" in result.stderr and "29600" not in result.stdout
+
+
 def test_dry_run_tensor_and_pipeline_parallel():
     argv = dry_run(
         "--gpus", "8", "--tp", "2", "--pp", "2", "--mcore", "--recompute", "full",
         "--distributed-optimizer", "--megatron-dir", "/opt/Megatron LM",
         "--", "--save-interval", "50",
     )
-    assert value(argv, "--nproc_per_node") == "8"
+    assert value(argv, "--nproc-per-node") == "8"
     assert "/opt/Megatron LM/pretrain_gpt.py" in argv  # a path with a space survives quoting
     assert value(argv, "--tensor-model-parallel-size") == "2"
     assert value(argv, "--pipeline-model-parallel-size") == "2"
@@ -105,7 +127,7 @@ def test_dry_run_tensor_and_pipeline_parallel():
 
 def test_environment_sets_defaults_and_flags_win():
     argv = dry_run("--tp", "4", env={"NUM_GPUS": "4", "TP": "2", "PRECISION": "fp16"})
-    assert value(argv, "--nproc_per_node") == "4"
+    assert value(argv, "--nproc-per-node") == "4"
     assert value(argv, "--tensor-model-parallel-size") == "4"
     assert "--fp16" in argv and "--bf16" not in argv
 

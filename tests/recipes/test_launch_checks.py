@@ -107,7 +107,7 @@ def test_auto_trains_on_the_cpu_where_torch_sees_no_gpu(calls, gpus_here):
     result = launch("--mock-data")
     assert result.exit_code == 0, result.output
     [call] = calls()
-    assert call["env"] == {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+    assert call["env"] == {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "CUDA_DEVICE_MAX_CONNECTIONS": None}
     assert call["argv"][:3] == ["--standalone", "--nproc-per-node", "2"] and value(call["argv"], "--distributed-backend") == "gloo"
     assert result.stderr.count("no GPU visible to torch here: training on this machine's CPU") == 1
     hint = refused(launch("--mock-data", "--device", "gpu"), ExitCode.ENVIRONMENT, "--device gpu, but torch sees no GPU here")

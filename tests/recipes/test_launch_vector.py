@@ -47,14 +47,15 @@ def test_values_reach_torchrun_unchanged_and_the_dry_run_line_runs_the_same_vect
     [call] = fake_torchrun.calls(record)
     argv = call["argv"]
     assert argv[:4] == ["--standalone", "--nproc-per-node", "1", str(target / "pretrain_gpt.py")]
+    assert call["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"  # a GPU run: what upstream asserts on CUDA with TP/CP
     assert value(argv, "--data-path") == DATA and value(argv, "--tokenizer-model") == TOKENIZER
     assert value(argv, "--save") == value(argv, "--load") == "ckpt {a,b}"
     assert value(argv, "--custom-flag") == "a b\nc" and value(argv, "--wandb-exp-name") == "${SAVE:-7}"
     assert "--load=evil" not in argv and "--load=/evil" not in argv
 
     printed = launch(*args[:1], "--dry-run", *args[1:])
-    assert printed.exit_code == 0 and printed.stdout.startswith("torchrun ")
-    assert shlex.split(printed.stdout) == ["torchrun", *argv]
+    assert printed.exit_code == 0 and printed.stdout.startswith("CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ")
+    assert shlex.split(printed.stdout) == ["CUDA_DEVICE_MAX_CONNECTIONS=1", "torchrun", *argv]
     subprocess.run(["bash", "-c", printed.stdout], check=True)
     assert fake_torchrun.calls(record)[1] == call
     assert not (tmp_path / "pwned").exists()
@@ -66,7 +67,7 @@ def test_cpu_hides_the_gpus_in_the_programs_environment(tmp_path, monkeypatch):
     (tmp_path / "pretrain_gpt.py").write_text("")
     assert launch("llama3-8b", "-t", str(tmp_path), "--device", "cpu", "--mock-data").exit_code == 0
     [call] = fake_torchrun.calls(record)
-    assert call["env"] == {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+    assert call["env"] == {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "CUDA_DEVICE_MAX_CONNECTIONS": None}
     assert call["argv"][:3] == ["--standalone", "--nproc-per-node", "2"]
 
 

@@ -209,8 +209,8 @@ def test_launch_dry_run_prints_torchrun_and_srun(tmp_path):
     target = fake_tree(tmp_path)
     line = launch_line("llama3-8b", "--target", target, "--gpus-per-node", "8", "--nodes", "1", *DATA)
     argv = shlex.split(line)
-    assert argv[:4] == ["torchrun", "--standalone", "--nproc-per-node", "8"]
-    assert argv[4] == str(tmp_path / "pretrain_gpt.py")
+    assert argv[:5] == ["CUDA_DEVICE_MAX_CONNECTIONS=1", "torchrun", "--standalone", "--nproc-per-node", "8"]
+    assert argv[5] == str(tmp_path / "pretrain_gpt.py")
     assert "--data-path /data/corpus_text_document" in line and "--tokenizer-model meta-llama/Meta-Llama-3-8B" in line
     assert "--global-batch-size 128" in line and "--bf16" in argv and "$" not in line
 
@@ -220,7 +220,17 @@ def test_launch_dry_run_prints_torchrun_and_srun(tmp_path):
     assert "'/data/my corpus_text_document'" in slurm and "--tensor-model-parallel-size 8" in slurm
 
     mock = launch_line("small-radeon", "-t", target, "--gpus-per-node", "1", "--mock-data")
+    cpu = launch_line("small-radeon", "-t", target, "--device", "cpu", "--mock-data")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in cpu and cpu.startswith("CUDA_VISIBLE_DEVICES= HIP_VISIBLE_DEVICES= torchrun ")
     assert "--mock-data" in mock and "--tokenizer-type NullTokenizer" in mock and "--vocab-size 32000" in mock
+
+
+def test_a_gpu_launch_keeps_the_users_device_connections_and_sets_none_for_fsdp(tmp_path, monkeypatch):
+    target = fake_tree(tmp_path)
+    fsdp = launch_line("small-radeon", "-t", target, "--gpus-per-node", "1", "--mock-data", "--", "--use-torch-fsdp2")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in fsdp  # FSDP asserts it is not 1
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    assert launch_line("small-radeon", "-t", target, "--gpus-per-node", "1", "--mock-data").startswith("torchrun ")
 
 
 @pytest.mark.parametrize("args, names", [
