@@ -219,3 +219,15 @@ def test_release_yaml_is_read_once_per_command(two_releases, tmp_path, monkeypat
         result = invoke(*command, "--series-dir", patchsets)
         assert result.exit_code == 0, result.output
         assert dict(reads) == expected, command
+
+
+def test_the_bundled_releases_fit_80_columns_with_every_name_and_commit_whole():
+    """Each commit date and each validated platform is a line of its own, so no word folds at 80."""
+    result = invoke("releases", env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert max(map(len, result.stdout.splitlines())) <= 80
+    for summary in json.loads(invoke("releases", "--json").stdout)["releases"]:
+        [row] = [line for line in result.stdout.splitlines() if summary["commit"][:12] in line]
+        cells = [cell.strip() for cell in row.split("│")[1:-1]]
+        assert cells[0].startswith(summary["name"]) and cells[1] == summary["ref"], row
+        assert summary["date"][:10] in result.stdout

@@ -19,12 +19,13 @@ def run(*, series_dir: Path | None, as_json: bool) -> ExitCode:
     if as_json:
         emit_json({"patchsets": str(patchsets.root), "lock": str(patchsets.lock_path), "releases": [s.to_json() for s in summaries]})
         return ExitCode.OK
-    table = Table("release", "upstream ref", "commit", "date", "patches", "validated on (cpu, rocm, cuda)", title=f"releases in {patchsets.root}", title_justify="left",
-                  whole=("release", "commit", "upstream ref", "date"))
+    # A line per commit date and per platform: the table fits 80 columns without folding a word.
+    table = Table("release", "upstream ref", "commit, date", "patches", "validated", title=f"releases in {patchsets.root}", title_justify="left",
+                  whole=("release", "commit, date", "upstream ref"))
     for summary in summaries:
         latest = {v.platform: v.date for v in sorted(summary.validated, key=lambda v: v.date)}
-        places = ", ".join(f"{p} {latest[p]}" for p in PLATFORMS if p in latest) or "nowhere yet"
-        table.add_row(summary.name + (" (default)" if summary.default else ""), summary.ref or "-", (summary.commit or "not locked")[:12],
-                      (summary.date or "-")[:10], str(summary.patches), places)
+        places = "\n".join(f"{p} {latest[p]}" for p in PLATFORMS if p in latest) or "nowhere yet"
+        table.add_row(summary.name + (" (default)" if summary.default else ""), summary.ref or "-",
+                      f"{(summary.commit or 'not locked')[:12]}\n{(summary.date or '-')[:10]}", str(summary.patches), places)
     out.print(table)
     return ExitCode.OK
