@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-import yaml
 
 from rocmpatch import yamlio as y
 
@@ -103,7 +102,7 @@ class LockFile:
     def to_yaml(self) -> str:
         ordered = sorted(self.releases, key=lambda name: (self.releases[name].upstream.date, name))
         data = {"version": LOCK_VERSION, "releases": {name: self.releases[name].to_data() for name in ordered}}
-        return LOCK_HEADER + yaml.safe_dump(data, sort_keys=False)
+        return LOCK_HEADER + y.dump(data)
 
 
 _SERIES_ENTRY = y.Mapping({
@@ -306,7 +305,7 @@ class OverlayLock:
             "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256} for p in self.patches],
             "patched_tree": self.patched_tree,
         }
-        return OVERLAY_LOCK_HEADER + yaml.safe_dump(data, sort_keys=False)
+        return OVERLAY_LOCK_HEADER + y.dump(data)
 
 
 _REGENERATE_OVERLAY = "regenerate it with 'rocmpatch lock --overlay DIR'"

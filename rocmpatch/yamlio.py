@@ -74,6 +74,11 @@ _DECIMAL = re.compile(r"[-+]?[0-9]+")
 _MAX_DIGITS = 18  # within int64; a longer number is out of any range read here, refused before int()
 
 
+def dump(data: Any) -> str:
+    """YAML text for what rocmpatch writes (the locks): keys in the order given."""
+    return yaml.safe_dump(data, sort_keys=False)
+
+
 def where(path: Path | str, line: int | None, key: str | None) -> str:
     """`FILE:LINE: KEY`, leaving out what is not known."""
     place = f"{path}:{line}" if line else str(path)

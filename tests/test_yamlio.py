@@ -127,3 +127,18 @@ def test_a_json_document_is_read_by_the_same_readers(tmp_path):
     (tmp_path / "plain.yaml").write_text("commit: 2\nurl: x\n")
     with pytest.raises(InvalidInput, match=r"plain.yaml:1: commit: expected a commit id"):
         y.load(tmp_path / "plain.yaml", schema)
+
+
+def test_yamlio_is_the_only_module_that_imports_pyyaml():
+    """One YAML layer: every file rocmpatch reads or writes goes through it (line numbers, duplicate keys refused)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(y.__file__).parent
+    importers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(name == "yaml" or name.startswith("yaml.") for name in names):
+                importers.add(path.relative_to(package).as_posix())
+    assert importers == {"yamlio.py"}
