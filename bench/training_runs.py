@@ -135,11 +135,16 @@ def pretrain(tree: Path, argv: list[str], workdir: Path, *, device: str, memory:
     child_env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no pool of compile workers per run
     child_env.update(ROCMPATCH_PROBE=str(out), ROCMPATCH_PROBE_PROFILE_STEP=str(profile_step),
                      ROCMPATCH_PROBE_MEMORY="1" if memory else "0", PYTHONPATH=str(tree), **(env or {}))
+    from rocmpatch import launchers
+    from rocmpatch.megatron_args import gpu_launch_environment, parse_argv
+
     if device == "cpu":
         child_env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="")
         argv = ["--distributed-backend", "gloo", *argv]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), str(PROBE),
-               str(tree / "pretrain_gpt.py"), *argv]
+    else:
+        child_env.update(gpu_launch_environment(parse_argv(argv), child_env))  # as `recipe launch` runs it
+    command = launchers.torchrun([str(PROBE), str(tree / "pretrain_gpt.py"), *argv], nproc=processes,
+                                 launcher=launchers.THIS_PYTHON).vector()
     start = time.perf_counter()
     try:
         proc = subprocess.run(command, cwd=tree, env=child_env, capture_output=True, text=True, timeout=timeout, check=False)

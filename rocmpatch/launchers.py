@@ -1,5 +1,6 @@
-"""The one torchrun builder: `recipe launch`, `preflight` and smoke's collectives and train stages
-build their command here, as an argument vector. Nothing goes through a shell.
+"""The one torchrun builder: `recipe launch`, `preflight`, smoke's collectives and train stages and
+bench's training runs build their command here, as an argument vector. Nothing goes through a shell.
+(examples/pretrain_gpt_rocm.sh, standalone bash, mirrors the one-node line; a test keeps it equal.)
 
 A Launch is what runs: environment assignments, then the argument vector, each value exactly as the
 user gave it (a `$`, a brace, a space or a line break reaches Megatron unchanged). The only words a
