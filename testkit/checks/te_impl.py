@@ -23,7 +23,7 @@ def init_one_rank() -> None:
     import torch.distributed as dist
 
     # The checkpoint writer starts a spawned process, which imports this child's __main__
-    # (tests.series.child) again: this repository's tests/, not the full tree's own tests/ package.
+    # (testkit.child) again: this repository's tests/, not the full tree's own tests/ package.
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
