@@ -4,10 +4,10 @@
     python bench/bench_attention.py [--tree DIR] [--release NAME] [--seq 2048 4096 8192] [--heads 2]
                                     [--head-dim 64] [--dtype fp32|bf16] [--device cpu|cuda] [--repeat 2]
 
---release: whose series builds the tree (the attention harness is tests/series/checks/attention.py,
+--release: whose series builds the tree (the attention harness is testkit/checks/attention.py,
 the same for every release); default the --tree's own release (from its history), else the default release. --tree: a Megatron-LM tree with
 that series applied (`rocmpatch apply --target DIR`); without it, megatron/ of the release's test
-wheel (release.yaml `wheel:`, tests/megatron_wheel.py) with the series applied through
+wheel (release.yaml `wheel:`, testkit/megatron_wheel.py) with the series applied through
 sdpa-attention, written to a temporary directory.
 Each (sequence, path) point runs in its own child process. Time: best of --repeat steps after one
 warm-up step. Peak memory: on a GPU torch.cuda.max_memory_allocated during the warm-up step; on
@@ -31,27 +31,26 @@ from pathlib import Path
 from child_json import run_json_child  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's rocmpatch and testkit
 PATHS = (("sdpa", "auto"), ("explicit", "unfused"))
 
 
 def attention_checks():
-    """tests/series/checks/attention.py: the attention harness the series tests run."""
+    """testkit/checks/attention.py: the attention harness the series tests run."""
     import importlib
 
-    sys.path.insert(0, str(ROOT))
-    return importlib.import_module("tests.series.checks.attention")
+    return importlib.import_module("testkit.checks.attention")
 
 
 def release_of(tree: Path | None, asked: str | None) -> str:
     """--release, else the release `tree`'s history is based on, else the default (as rocmpatch chooses)."""
-    sys.path.insert(0, str(ROOT))
     from rocmpatch.releases import choose
 
     return choose(None, asked, target=tree).release
 
 
 def build_tree(dest: Path, release: str) -> Path:
-    from tests.series import harness
+    from testkit import harness
 
     chosen = harness.Release(release)
     return harness.wheel_tree(chosen, dest, chosen.patches(through="sdpa-attention"))
@@ -77,7 +76,7 @@ def reset_peak_rss() -> bool:
 
 def child(args: argparse.Namespace) -> None:
     """One point: prints {"seconds": ..., "peak_bytes": ..., "memory": how}."""
-    sys.path[:0] = [str(args.tree), str(ROOT)]
+    sys.path.insert(0, str(args.tree))  # the tree's megatron first, before this checkout
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     checks = attention_checks()
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rocmpatch
 
 from rocmpatch import gitcmd, releases, series, store  # noqa: E402
 from rocmpatch.operations import drift  # noqa: E402

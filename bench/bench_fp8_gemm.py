@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's rocmpatch and testkit
 MODULE = "megatron/core/extensions/torch_fp8.py"
 CPU_SCALE, CPU_TOKENS = 32, 128
 
@@ -42,9 +43,8 @@ def load_module(tree: Path):
 
 
 def build_tree(dest: Path, release: str | None) -> Path:
-    sys.path.insert(0, str(ROOT))
     from rocmpatch.releases import choose
-    from tests.series import harness
+    from testkit import harness
 
     chosen = harness.Release(choose(None, release).release)
     return harness.wheel_tree(chosen, dest, chosen.patches())
@@ -52,7 +52,6 @@ def build_tree(dest: Path, release: str | None) -> Path:
 
 def recipe_shapes() -> list[tuple[str, int, int, int]]:
     """(label, tokens, in_features, out_features) of each Llama recipe's four linear layers on one GPU."""
-    sys.path.insert(0, str(ROOT))
     from rocmpatch.megatron_args import ParallelLayout
     from rocmpatch.recipes.catalog import find, names
 

@@ -8,7 +8,7 @@ the experts module at a shape with many experts.
 
 --tree: a Megatron-LM tree with the series applied (`rocmpatch apply --target DIR`); without it,
 megatron/ of the release's test wheel with the series applied through moe-grouped-gemm-local,
-written to a temporary directory. The harness is tests/series/checks/grouped_gemm.py (the one the
+written to a temporary directory. The harness is testkit/checks/grouped_gemm.py (the one the
 series tests run): both modules are built from one seed, SwiGLU, no bias; --tokens routed token
 copies are spread over the experts at random (some may get none). Each path runs in its own child
 process: one warm-up step, then the best of --repeat steps. Prints the times and the ratio
@@ -30,18 +30,17 @@ from pathlib import Path
 from child_json import run_json_child  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's rocmpatch and testkit
 
 
 def release_of(tree: Path | None, asked: str | None) -> str:
-    sys.path.insert(0, str(ROOT))
     from rocmpatch.releases import choose
 
     return choose(None, asked, target=tree).release
 
 
 def build_tree(dest: Path, release: str) -> Path:
-    sys.path.insert(0, str(ROOT))
-    from tests.series import harness
+    from testkit import harness
 
     chosen = harness.Release(release)
     return harness.wheel_tree(chosen, dest, chosen.patches())
@@ -49,10 +48,10 @@ def build_tree(dest: Path, release: str) -> Path:
 
 def child(args: argparse.Namespace) -> None:
     """One path: prints {"seconds": ..., "said": [...]}."""
-    sys.path[:0] = [str(args.tree), str(ROOT)]
+    sys.path.insert(0, str(args.tree))  # the tree's megatron first, before this checkout
     import importlib
 
-    checks = importlib.import_module("tests.series.checks.grouped_gemm")
+    checks = importlib.import_module("testkit.checks.grouped_gemm")
     said = []
 
     class Said(logging.Handler):

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's rocmpatch
 
 from rocmpatch import gitcmd, releases, series, store  # noqa: E402
 from rocmpatch.operations import rebase_report  # noqa: E402

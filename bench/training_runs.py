@@ -17,8 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).resolve().parent / "pretrain_probe.py"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # this checkout's rocmpatch
 
 # The llama3-8b recipe's flags as `rocmpatch recipe launch` runs them (rocmpatch/recipes/llama3-8b.yaml:
 # tests/bench/test_training_runs.py keeps the two equal), without the data, schedule and layout.

@@ -8,7 +8,7 @@ Writes two trees from the mirror into the work folder: the pin with the baseline
 default the release's import patches, its release.yaml `upstream-tests:`; --baseline-patches
 takes the first N, or names) and the pin
 with the whole series (or tests --target, an existing patched checkout, instead). Runs upstream's
-tests in each with tests/upstream_units/megatron_on_cpu.py (world size 1, gloo, no network; no
+tests in each with testkit/upstream_units/megatron_on_cpu.py (world size 1, gloo, no network; no
 upstream file edited), then prints per folder passed/failed/skipped/crashed on each tree, the tests
 the series unlocks, and every regression (passed on the baseline, not with the series). Exit 1 when
 there is a regression. The trees' Python requirements come from
@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # this checkout's rocmpatch and testkit
 
-from tests.upstream_units import runner  # noqa: E402
+from testkit.upstream_units import runner  # noqa: E402
 
 
 def main() -> int:

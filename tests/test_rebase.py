@@ -8,7 +8,7 @@ from rocmpatch import gitcmd, patch_header
 from rocmpatch.operations import rebase, rebase_state
 from rocmpatch.errors import InvalidInput, TargetRefused
 from rocmpatch.patching import parse_patch
-from tests.series.trees import apply_series
+from testkit.trees import apply_series
 from rocmpatch.schema import SeriesEntry
 from rocmpatch.series import loaded_patch
 from rocmpatch.operations.rebase_conflicts import CONTENT, DELETED_UPSTREAM, Conflict

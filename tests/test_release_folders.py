@@ -26,7 +26,7 @@ from rocmpatch.errors import InvalidInput
 from rocmpatch.releases import default_location
 from rocmpatch.schema import RELEASE_FILE, SERIES_FILE, load_series
 from rocmpatch.series import Location, Patchsets, find_patchsets
-from tests.upstream_units.runner import REQUIREMENTS_FILE
+from testkit.upstream_units.runner import REQUIREMENTS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCHSETS = find_patchsets(ROOT / "patchsets")[0]
@@ -100,7 +100,7 @@ def test_two_defaults_are_refused_naming_both_files(tmp_path):
 
 # ------------------------------------------------------------------ no code names a release
 
-SCANNED = ("rocmpatch", "bench", "tests", ".github")
+SCANNED = ("rocmpatch", "bench", "tests", "testkit", ".github")
 CODE = (".py", ".sh", ".yml", ".yaml")
 # Files that still name a release, each waiting for the change that removes the name (this list only
 # shrinks: a file here that no longer names one fails the test, so it is taken off).
@@ -129,8 +129,9 @@ def release_names(but: str | None = None) -> re.Pattern:
 
 
 def own_release(relative: str) -> str | None:
-    """The release whose own tests folder, tests/series/<release, _ for .>/, holds `relative`."""
-    found = re.match(r"tests/series/([^/]+)/", relative)
+    """The release whose own tests folder, tests/series/<release, _ for .>/ or testkit/checks/<release, _ for .>/,
+    holds `relative`."""
+    found = re.match(r"(?:tests/series|testkit/checks)/([^/]+)/", relative)
     releases = {module_form(name): name for name in PATCHSETS.releases()}
     return releases.get(found[1]) if found else None
 
@@ -179,15 +180,15 @@ def naming_lines() -> dict[str, list[str]]:
 def test_no_code_outside_patchsets_names_a_release():
     """Nothing outside patchsets/ names a release: a release is data, found by listing patchsets/
     (`rocmpatch releases`, Patchsets.releases()), chosen with --release, detected from a tree, or the
-    default. The rule, checked over rocmpatch/, bench/, tests/ and .github/:
+    default. The rule, checked over rocmpatch/, bench/, tests/, testkit/ and .github/:
 
     - code may not hold a release's name (any folder name in patchsets/, or its module form with
       underscores): not in a string, an identifier, a module path, help text or a help example
       (write NAME, <release> or `rocmpatch releases` instead), nor in a workflow or shell script;
     - comments and docstrings may: they cite history ("an H100 run of ... failed"), not behaviour;
-    - tests/series/<release, _ for .>/ (what only that release does, on the one harness) may name
-      that release, and no other; every other test runs for each release through the harness
-      (tests/series/harness.py: releases_with(feature));
+    - tests/series/<release, _ for .>/ (what only that release does, on the one harness) and
+      testkit/checks/<release, _ for .>/ (their child checks) may name that release, and no other; every other test runs for each release through the harness
+      (testkit/harness.py: releases_with(feature));
     - rocmpatch/recipes/*.yaml (data saying which releases a recipe fits) is exempt;
     - docs/ and examples/ are prose and user-facing examples, not scanned;
     - PENDING lists the files still waiting for their change, each with the reason.
@@ -203,17 +204,21 @@ def test_a_release_folder_of_tests_may_name_its_own_release_only():
     first, *others = PATCHSETS.releases()
     mine = f"tests/series/{module_form(first)}/test_x.py"
     assert own_release(mine) == first and own_release("tests/series/test_x.py") is None
+    assert own_release(f"testkit/checks/{module_form(first)}/x_checks.py") == first
+    assert own_release("testkit/checks/x.py") is None
     assert not release_names(but=own_release(mine)).search(f'"{first}"')
     for other in others:
         assert release_names(but=own_release(mine)).search(f'"{other}"')
 
 
 def test_every_tests_series_folder_is_a_releases():
-    """tests/series/ holds the harness, the generic tests, checks/ (their child side) and one folder
-    per release with tests only that release has; a folder of no release is a leftover."""
-    allowed = {"checks", "__pycache__"} | {module_form(name) for name in PATCHSETS.releases()}
-    strays = [p.name for p in (ROOT / "tests" / "series").iterdir() if p.is_dir() and p.name not in allowed]
-    assert not strays, f"tests/series/ folders of no release in patchsets/: {strays}"
+    """tests/series/ holds the generic tests and one folder per release with tests only that release
+    has; testkit/checks/ holds the generic child checks and one folder per release with that
+    release's own; a folder of no release is a leftover."""
+    allowed = {"__pycache__"} | {module_form(name) for name in PATCHSETS.releases()}
+    for folder in ("tests/series", "testkit/checks"):
+        strays = [p.name for p in (ROOT / folder).iterdir() if p.is_dir() and p.name not in allowed]
+        assert not strays, f"{folder}/ folders of no release in patchsets/: {strays}"
 
 
 def test_every_feature_has_its_tests_and_its_docs():
@@ -243,7 +248,7 @@ def test_a_session_runs_the_default_release_fully_and_the_others_cheap_tests(mon
     """Without ROCMPATCH_TEST_RELEASES (CI) the default release runs every series test, another
     release its own folder's tests and its generic tests marked every_release; with it, the releases
     it names run every test and no other does; a name patchsets/ lacks is refused naming the variable."""
-    from tests.series import harness
+    from testkit import harness
 
     default = harness.default_release()
     other = next(name for name in PATCHSETS.releases() if name != default)

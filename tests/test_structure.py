@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rocmpatch"
 # Run by other interpreters as a script (verify --installed's `python -c`), never imported.
@@ -230,3 +232,53 @@ def test_only_the_table_module_builds_rich_tables():
               if name != "rocmpatch.tables" and any(isinstance(node, ast.ImportFrom) and node.module == "rich.table"
                                                    for node in ast.walk(parsed(path)))]
     assert direct == []
+
+
+# tests/ is pytest's own (and a Megatron tree has a `tests` package that shadows ours wherever the tree
+# comes first on sys.path); testkit/ is what tests/ and bench/ share and what runs in their child
+# processes, never shipped: rocmpatch/ imports neither, bench/ and testkit/ never import tests/.
+NOT_IMPORTED = {"rocmpatch": {"tests", "testkit"}, "bench": {"tests"}, "testkit": {"tests"}}
+# The pytest plugin that runs inside a Megatron tree, where `tests` is upstream's own tests/unit_tests.
+IN_THE_TREE = {"testkit/upstream_units/megatron_on_cpu.py"}
+
+
+def imported_packages(tree: ast.Module) -> set[str]:
+    """The top-level package of every absolute import anywhere in `tree`, importlib.import_module("...") of a
+    literal name included."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value.split(".")[0])
+    return found
+
+
+def test_the_import_scan_sees_deferred_and_importlib_imports():
+    text = ("import os\ndef f():\n    from tests.series import harness\n"
+            "    return importlib.import_module('testkit.checks.x')\nfrom . import sibling\n")
+    assert imported_packages(ast.parse(text)) == {"os", "tests", "testkit"}
+
+
+def test_tests_and_testkit_are_imported_only_where_they_belong():
+    found = {}
+    for folder, banned in NOT_IMPORTED.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            wrong = imported_packages(parsed(path)) & (banned - ({"tests"} if relative in IN_THE_TREE else set()))
+            if wrong:
+                found[relative] = sorted(wrong)
+    assert found == {}, f"imports across the line docs/architecture.md draws (testkit/): {found}"
+
+
+def test_the_wheel_ships_rocmpatch_only():
+    """pyproject.toml's package list takes rocmpatch and its subpackages, not testkit/ or tests/."""
+    tomllib = pytest.importorskip("tomllib")
+    from setuptools import find_packages
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    shipped = find_packages(str(ROOT), include=found["include"])
+    assert shipped and all(name.split(".")[0] == "rocmpatch" for name in shipped), shipped

@@ -110,7 +110,7 @@ def default_tree(upstream_mirror, tmp_path_factory) -> Path:
     """The default release's pinned tree of the mirror with its whole series applied, on disk (the bench's
     flags are the recipes', which fit the default release)."""
     from rocmpatch.releases import choose
-    from tests.upstream_units.runner import write_tree
+    from testkit.upstream_units.runner import write_tree
 
     if any(shutil.which(tool) is None for tool in ("make", "g++")):
         pytest.skip("pretrain_gpt.py builds the dataset helpers with make and g++")

@@ -4,7 +4,7 @@ from the mirror (ROCMPATCH_TEST_UPSTREAM), `recipe launch`'s own choice of flags
 that tree's Megatron knows), its parallel layout, sizes and data aside, on upstream's pretrain_gpt.py,
 two CPU processes over gloo. A recipe `recipe launch` refuses on a release is refused in one line.
 
-Which releases: those the series harness runs fully (tests/series/harness.py, not_run_here): the
+Which releases: those the series harness runs fully (testkit/harness.py, not_run_here): the
 default release without ROCMPATCH_TEST_RELEASES, the releases it names with it (or all)."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from rocmpatch.errors import UsageError
 from rocmpatch.megatron_args import to_argv
 from rocmpatch.recipes import fit
 from rocmpatch.recipes.catalog import cpu_sizes, find, names
-from tests.series import harness
+from testkit import harness
 from tests.recipes.upstream_args import layout_case, run_cases
-from tests.series.flags import DEEPSEEK_BASE
+from testkit.flags import DEEPSEEK_BASE
 
 pytestmark = pytest.mark.upstream
 

@@ -53,7 +53,7 @@ def test_an_fp8_recipe_is_its_bf16_recipe_with_fp8_and_counts_its_gemm_buffers(u
 @pytest.fixture(scope="module")
 def upstream_memory():
     """Upstream's megatron/training/theoretical_memory_usage.py of core_v0.19.0: the wheel's bytes."""
-    from tests.megatron_wheel import megatron_core_files
+    from testkit.megatron_wheel import megatron_core_files
 
     return load_upstream_model(megatron_core_files("core_v0.19.0")[UPSTREAM_MODEL], UPSTREAM_MODEL)
 
@@ -312,7 +312,7 @@ def test_launch_refuses_a_missing_layout_or_target(tmp_path):
 
 
 def test_upstream_model_is_read_from_the_target_tree(tmp_path):
-    from tests.megatron_wheel import megatron_core_files
+    from testkit.megatron_wheel import megatron_core_files
 
     from rocmpatch.recipes.memory import upstream_model
 

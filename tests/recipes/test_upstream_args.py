@@ -1,5 +1,5 @@
 """Every recipe's arguments against upstream's own parser and validate_args, in the default release's
-tree built from the wheel bytes with the series applied in memory (tests/series/harness.py).
+tree built from the wheel bytes with the series applied in memory (testkit/harness.py).
 
 One child process imports megatron.training.arguments once, then forks a process per case
 (tests/recipes/upstream_args.py).
@@ -14,7 +14,7 @@ import pytest
 from rocmpatch.recipes.catalog import find, names
 from rocmpatch.releases import choose
 from tests.recipes.upstream_args import layout_case, run_cases
-from tests.series import harness
+from testkit import harness
 
 PARSER = "parser flags"
 

@@ -1,4 +1,4 @@
-"""Fixtures of the series tests (tests/series/harness.py): `release` is the parameter that
+"""Fixtures of the series tests (testkit/harness.py): `release` is the parameter that
 harness.releases_with() gives a test (a release's own folder sets it in its conftest.py), and each
 tree is built once per session per release."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 
 SERIES = Path(__file__).resolve().parent
@@ -79,7 +79,7 @@ def child_dir(release, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def recorded(training_tree, tmp_path_factory):
     """recorded(*extra): the tiny Llama's two iterations under record_calls.py, each run once per session."""
-    from tests.series.flags import TINY_LLAMA
+    from testkit.flags import TINY_LLAMA
 
     runs: dict[tuple[str, ...], dict] = {}
 
@@ -94,7 +94,7 @@ def recorded(training_tree, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fusion_results(release, patched_wheel, child_dir) -> dict:
-    """checks/fusions.py on the patched wheel tree, in one child: the groups of the release's
+    """testkit/checks/fusions.py on the patched wheel tree, in one child: the groups of the release's
     features (fusions: torch-fusions, optimizer: fused-adamw). The fused functions run eagerly
     (TORCHDYNAMO_DISABLE=1: the same Python code torch.compile compiles, without minutes of
     compiling on a shared CI machine)."""
@@ -103,13 +103,13 @@ def fusion_results(release, patched_wheel, child_dir) -> dict:
     return harness.run_checks("checks.fusions", ",".join(groups), patched_wheel, child_dir, env={"TORCHDYNAMO_DISABLE": "1"})
 
 
-# checks/compat.py's groups, by the feature whose tests read them.
+# testkit/checks/compat.py's groups, by the feature whose tests read them.
 COMPAT_GROUPS = {"imports": ("triton-optional",), "args": ("te-fallback", "fusion-fallback", "model-parallel", "cpu-training"),
                  "norm": ("model-parallel",), "config": ("triton-optional", "te-fallback"), "distopt": ("distopt-resume",),
                  "help": ("help-fixed",)}
 
 
-# checks/compat.py's groups that import megatron.training: not run on a core-only tree (a test wheel
+# testkit/checks/compat.py's groups that import megatron.training: not run on a core-only tree (a test wheel
 # with megatron/core only), where the tests that read them skip saying why.
 TRAINING_GROUPS = ("args", "help")
 
@@ -129,11 +129,11 @@ class GroupResults(dict):
 
 @pytest.fixture(scope="session")
 def compat_results(release, patched_wheel, child_dir) -> dict:
-    """checks/compat.py on the patched wheel tree, every group the release's features read, in one child."""
+    """testkit/checks/compat.py on the patched wheel tree, every group the release's features read, in one child."""
     groups = [group for group, features in COMPAT_GROUPS.items() if set(features) & set(release.features)]
     not_run = {}
     if not (patched_wheel / "megatron" / "training").is_dir():
-        not_run = {group: f"{release}: its test wheel has no megatron/training, which checks/compat.py's {group} "
+        not_run = {group: f"{release}: its test wheel has no megatron/training, which testkit/checks/compat.py's {group} "
                           f"group imports (set {harness.MIRROR_VARIABLE} to take it from the mirror)"
                    for group in TRAINING_GROUPS if group in groups}
     groups = [group for group in groups if group not in not_run]
@@ -142,14 +142,14 @@ def compat_results(release, patched_wheel, child_dir) -> dict:
 
 @pytest.fixture(scope="session")
 def pretrain_validation(release, patched_full, child_dir) -> dict:
-    """checks/compat.py's pretrain group: upstream's own pretrain_gpt.py of the patched full tree
+    """testkit/checks/compat.py's pretrain group: upstream's own pretrain_gpt.py of the patched full tree
     with default flags, and with an explicit --transformer-impl transformer_engine."""
     return harness.run_checks("checks.compat", "pretrain", patched_full, child_dir)["pretrain"]
 
 
 @pytest.fixture(scope="session")
 def families_results(release, patched_wheel, child_dir) -> dict:
-    """checks/families.py's mla and mtp groups, those the release's features read, in one child."""
+    """testkit/checks/families.py's mla and mtp groups, those the release's features read, in one child."""
     groups = [group for group in ("mla", "mtp") if group in release.features]
     return harness.run_checks("checks.families", ",".join(groups), patched_wheel, child_dir)
 

@@ -1,7 +1,7 @@
 """context-parallel: context parallelism without Transformer Engine (patches cp-attention, cp-rope-cpu).
 
 CI: the patched megatron/ of the release's wheel, two gloo ranks on the CPU
-(harness.run_ranks, checks/context_parallel.py). The attention over the two ranks' zigzag chunks equals fp64
+(harness.run_ranks, testkit/checks/context_parallel.py). The attention over the two ranks' zigzag chunks equals fp64
 attention over the whole sequence, one Llama-shaped layer with context parallel 2 has the
 gradients of the same layer over the whole sequence, unsupported settings are refused in one line
 naming the flag, and the GPU kernels' calls are checked on meta tensors.
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
-from tests.series.checks.context_parallel import HEAD_DIM, SEQ
-from tests.series.flags import FP32_LLAMA
+from testkit import harness
+from testkit.checks.context_parallel import HEAD_DIM, SEQ
+from testkit.flags import FP32_LLAMA
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("context-parallel")

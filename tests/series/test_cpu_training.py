@@ -2,7 +2,7 @@
 
 The CPU path is taken only when asked for (--distributed-backend gloo); with the default nccl
 backend and no GPU, Megatron stops with one clear error (patch cpu-training).
-CI: the device helper (cpu-device-utils) on the wheel's bytes; checks/compat.py's argument cases.
+CI: the device helper (cpu-device-utils) on the wheel's bytes; testkit/checks/compat.py's argument cases.
 Full tree (ROCMPATCH_TEST_UPSTREAM): `torchrun --standalone --nproc-per-node 2 pretrain_gpt.py` on a
 tiny Llama-style GPT (hidden 64, 2 layers, seq 64, --mock-data): default flags with torch_dist save
 and exact resume (the distributed optimizer's is test_distopt_resume.py's).
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import TINY_LLAMA, without
-from tests.series.trees import write_files
+from testkit import harness
+from testkit.flags import TINY_LLAMA, without
+from testkit.trees import write_files
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("cpu-training")

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import TINY_LLAMA
+from testkit import harness
+from testkit.flags import TINY_LLAMA
 
 # every_release: full tree only, so nothing in CI; a mirror run checks every release declaring data-prepare
 pytestmark = [harness.releases_with("data-prepare"), pytest.mark.upstream, pytest.mark.every_release]

@@ -1,7 +1,7 @@
 """distopt-resume: the distributed optimizer's torch-Adam step is saved and resumed exactly (patch
 distopt-torch-adam-step).
 
-CI: checks/compat.py's distopt group (DistributedOptimizer's state_dict, load_state_dict and
+CI: testkit/checks/compat.py's distopt group (DistributedOptimizer's state_dict, load_state_dict and
 _set_main_param_and_optimizer_states on a stand-in `self`) on the patched wheel tree, and on the
 series before the CPU patches without the patch (upstream's behaviour). Full tree
 (ROCMPATCH_TEST_UPSTREAM): pretrain_gpt.py with --use-distributed-optimizer saves and resumes exactly.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 from tests.series.test_cpu_training import saves_and_resumes_exactly
 
 pytest.importorskip("torch")

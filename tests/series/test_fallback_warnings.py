@@ -3,14 +3,14 @@ apex, the fallbacks are one line, once per run, on rank 0 (a process started aft
 checkpoint writer is, stays quiet; MEGATRON_FALLBACK_WARNINGS=all shows each warning, once per
 process, on one line); other warnings are untouched (patch fallback-warnings).
 
-CI: checks/fallback_warnings.py on the patched wheel tree and on the series up to te-spec-clear-error.
+CI: testkit/checks/fallback_warnings.py on the patched wheel tree and on the series up to te-spec-clear-error.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")  # the child imports megatron.core, which needs PyTorch
 pytestmark = harness.releases_with("fallback-warnings")

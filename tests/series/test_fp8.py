@@ -2,7 +2,7 @@
 torch._scaled_mm (tensorwise dynamic scaling; patch fp8-tensorwise-local), and refuses in one line
 what it cannot run.
 
-CI: checks/fp8.py on the patched wheel tree: one child for the arguments, the GEMM numerics, the
+CI: testkit/checks/fp8.py on the patched wheel tree: one child for the arguments, the GEMM numerics, the
 formats per device and a TransformerBlock's per-layer contexts; a 2-rank gloo job for TP 2 + SP.
 Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py under record_calls.py, which counts
 every torch._scaled_mm call by operand dtypes (the calls a GPU run makes, with the device's formats):
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import TINY_LLAMA
+from testkit import harness
+from testkit.flags import TINY_LLAMA
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("fp8")

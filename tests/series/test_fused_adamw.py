@@ -1,7 +1,7 @@
 """fused-adamw: without TE/apex the optimizer is torch AdamW with fused=True (patch torch-adam-fused;
 the CPU's fused kernel exists from torch 2.4), foreach unset.
 
-CI: checks/fusions.py's optimizer group on the patched wheel tree (the fixture fusion_results).
+CI: testkit/checks/fusions.py's optimizer group on the patched wheel tree (the fixture fusion_results).
 Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py under record_calls.py (the run
 test_sdpa_causal.py records), the optimizer it builds.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = [harness.releases_with("fused-adamw"), pytest.mark.every_release]  # one child per release: cheap

@@ -1,7 +1,7 @@
 """fusion-fallback: each fusion that needs apex, Transformer Engine or a CUDA kernel is turned off in
 one line naming the flag that silences it (patches fusions-optional, moe-grouped-gemm-local).
 
-CI: checks/compat.py on the patched wheel tree (the fixture compat_results). Full tree
+CI: testkit/checks/compat.py on the patched wheel tree (the fixture compat_results). Full tree
 (ROCMPATCH_TEST_UPSTREAM): upstream's own pretrain_gpt.py as __main__ (the fixture pretrain_validation).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 from tests.series.test_te_fallback import TE_LINE
 
 pytest.importorskip("torch")

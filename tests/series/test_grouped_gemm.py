@@ -19,8 +19,8 @@ import re
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MIXTRAL, QWEN3_MOE, TINY_LLAMA, without
+from testkit import harness
+from testkit.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MIXTRAL, QWEN3_MOE, TINY_LLAMA, without
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("grouped-gemm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("help-fixed")

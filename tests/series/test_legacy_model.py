@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import LEGACY_LLAMA, TINY_GPT
+from testkit import harness
+from testkit.flags import LEGACY_LLAMA, TINY_GPT
 
 # every_release: full tree only, so nothing in CI; a mirror run checks every release declaring legacy-model
 pytestmark = [harness.releases_with("legacy-model"), pytest.mark.upstream, pytest.mark.every_release]

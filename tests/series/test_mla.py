@@ -1,7 +1,7 @@
 """mla: multi-latent attention on the local implementation (patches mla-local-attention,
 mla-local-no-q-lora, mla-sdpa-value-pad; fusions-optional turns the MLA RoPE kernel off; cpu-rope: YaRN).
 
-CI: checks/families.py's mla group on the patched wheel tree (the fixture families_results).
+CI: testkit/checks/families.py's mla group on the patched wheel tree (the fixture families_results).
 Full tree (ROCMPATCH_TEST_UPSTREAM): a tiny DeepSeek-V3 (MLA, a shared expert, a sigmoid router with
 expert bias, EP 2, one MTP layer) trains and resumes with pretrain_gpt.py, for the releases that
 declare mla, mtp, moe-ep and distopt-resume.
@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3
+from testkit import harness
+from testkit.flags import DEEPSEEK_BASE, DEEPSEEK_V3
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("mla")

@@ -1,7 +1,7 @@
 """model-parallel: tensor parallelism with sequence parallelism, and pipeline parallelism, off CUDA
 (patch torch-norm-sp and the cpu-* patches).
 
-CI: checks/compat.py on the patched wheel tree (the fixture compat_results), and two gloo ranks
+CI: testkit/checks/compat.py on the patched wheel tree (the fixture compat_results), and two gloo ranks
 for the tensor-parallel reduction of the torch norms' gradients. Full tree (ROCMPATCH_TEST_UPSTREAM):
 `torchrun --nproc-per-node 2 pretrain_gpt.py` on the tiny Llama with one MoE layer.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import MOE_LAYER
+from testkit import harness
+from testkit.flags import MOE_LAYER
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("model-parallel")

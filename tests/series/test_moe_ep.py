@@ -1,7 +1,7 @@
 """moe-ep: MoE with expert parallelism over the alltoall dispatcher on the CPU path (patch cpu-moe:
 host split sizes for the alltoall).
 
-CI: checks/families.py's alltoall_ep2 group as both ranks of a two-process gloo job on the patched
+CI: testkit/checks/families.py's alltoall_ep2 group as both ranks of a two-process gloo job on the patched
 wheel tree. Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's own pretrain_gpt.py with its default
 fusion flags, bf16, two CPU processes over gloo, Qwen3-MoE and Mixtral shapes with EP 2.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import MIXTRAL, QWEN3_MOE
+from testkit import harness
+from testkit.flags import MIXTRAL, QWEN3_MOE
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("moe-ep")

@@ -1,4 +1,4 @@
-"""mtp: multi-token prediction's loss tracker on the CPU (patch cpu-transformer). CI: checks/families.py's
+"""mtp: multi-token prediction's loss tracker on the CPU (patch cpu-transformer). CI: testkit/checks/families.py's
 mtp group on the patched wheel tree (the fixture families_results). The full-tree run with an MTP layer
 is test_mla.py's DeepSeek-V3."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("mtp")

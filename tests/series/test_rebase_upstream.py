@@ -13,7 +13,7 @@ from rocmpatch import series, store
 from rocmpatch.errors import InvalidInput
 from rocmpatch.operations import rebase, rebase_report
 from tests.fixtures import location_of
-from tests.series import harness
+from testkit import harness
 
 pytestmark = [harness.releases_with(), pytest.mark.upstream]
 

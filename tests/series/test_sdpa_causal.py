@@ -2,7 +2,7 @@
 and what upstream's own pretrain_gpt.py hands to torch's SDPA.
 
 CI: megatron/ of the pin from the release's wheel with the series up to and including
-sdpa-attention (harness.Trees); one child process (checks/attention.py) runs every group on the
+sdpa-attention (harness.Trees); one child process (testkit/checks/attention.py) runs every group on the
 CPU and returns plain numbers. Full tree (ROCMPATCH_TEST_UPSTREAM): pretrain_gpt.py of the patched
 tree, one process, two iterations of the tiny Llama (GQA: 4 query heads, 2 key/value groups) under
 record_calls.py, which records the arguments of every scaled_dot_product_attention call. The same
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = [harness.releases_with("sdpa-causal"), pytest.mark.every_release]  # one child per release: cheap

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import FP32_LLAMA, MOE_LAYER
+from testkit import harness
+from testkit.flags import FP32_LLAMA, MOE_LAYER
 
 pytest.importorskip("torch")
 pytestmark = [harness.releases_with("selective-recompute"), pytest.mark.upstream]

@@ -17,7 +17,7 @@ import pytest
 
 from rocmpatch.smoke import op_checks
 from rocmpatch.smoke.profile import load_profile
-from tests.series import harness
+from testkit import harness
 
 pytestmark = [harness.releases_with(), pytest.mark.wheel]
 pytest.importorskip("torch")  # smoke on CPU needs PyTorch in this Python

@@ -1,7 +1,7 @@
 """te-fallback: without Transformer Engine the local implementation is taken in one line, and
 asking for TE fails naming the flag (patches te-optional, te-spec-clear-error).
 
-CI: checks/compat.py on the patched wheel tree (the fixture compat_results). Full tree
+CI: testkit/checks/compat.py on the patched wheel tree (the fixture compat_results). Full tree
 (ROCMPATCH_TEST_UPSTREAM): upstream's own pretrain_gpt.py as __main__ (the fixture pretrain_validation).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("te-fallback")

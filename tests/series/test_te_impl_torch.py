@@ -3,11 +3,11 @@ builds TE's layer spec from torch modules (te-spec-torch): TE's parameter names 
 the local implementation's kernels, said in one line; what needs TE's kernels is refused in one line
 naming the flag (patch te-impl-torch).
 
-CI: checks/compat.py's argument cases on the patched wheel tree (the fixture compat_results).
+CI: testkit/checks/compat.py's argument cases on the patched wheel tree (the fixture compat_results).
 Full tree (ROCMPATCH_TEST_UPSTREAM): pretrain_gpt.py with --transformer-impl transformer_engine
 against --transformer-impl local (a dense Llama on one process, an MoE on two with EP 2; fp32, no
 dropout), and an MoE checkpoint with TE's keys, saved as mbridge saves a converted Hugging Face model
-(checks/te_impl.py), fine-tuned with --load --finetune (docs/training.md).
+(testkit/checks/te_impl.py), fine-tuned with --load --finetune (docs/training.md).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MOE_LAYER, without
+from testkit import harness
+from testkit.flags import DEEPSEEK_BASE, DEEPSEEK_V3, EXPERT_PARALLEL_2, FP32_LLAMA, MOE_LAYER, without
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("te-impl-torch")

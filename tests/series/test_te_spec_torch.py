@@ -3,14 +3,14 @@ use_transformer_engine=True), get_gpt_layer_with_transformer_engine_spec; dense,
 torch modules with TE's parameter names, shapes and state-dict keys, which compute what the local
 implementation computes (patch te-spec-torch).
 
-CI: checks/te_spec.py on the patched wheel tree, one child (the fixture te_results) and one gloo job
+CI: testkit/checks/te_spec.py on the patched wheel tree, one child (the fixture te_results) and one gloo job
 of two ranks (TP 2): upstream's TE spec built with upstream's TESpecProvider (the wheel's
 transformer_engine_spec_provider.py, written beside the child) slot by slot against ours; each
 module's own parameters against smoke's table of TE's names (rocmpatch.smoke.op_checks.TE_PARAMETERS,
 which upstream's own code states: test_te_names_are_upstreams); the
 model's names against the local spec's model in TE's names; losses and gradients against the local
 spec's from the same weights (fp32); torch_dist saved from ours and loaded back.
-Optional (skipped without mbridge and a transformers it supports; CI has neither): checks/hf_bridge.py
+Optional (skipped without mbridge and a transformers it supports; CI has neither): testkit/checks/hf_bridge.py
 with mbridge on the patched wheel tree: tiny random Llama, Qwen3, Qwen3-MoE and Mixtral checkpoints
 load with Hugging Face's logits and export back (TP 1; TP 2 and EP 2 on two gloo ranks); full tree (ROCMPATCH_TEST_UPSTREAM): Hugging Face
 weights -> torch_dist -> pretrain_gpt.py --load --finetune -> Hugging Face (docs/training.md).
@@ -25,7 +25,7 @@ import re
 import pytest
 
 from rocmpatch.smoke.op_checks import te_parameter_names
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("te-spec-torch")
@@ -183,7 +183,7 @@ def test_tensor_parallel_2_with_sequence_parallelism_equals_the_local_spec(tp2_r
 # ---------------------------------------------------------------- mbridge (optional)
 
 FAMILIES = ("llama", "qwen3", "qwen3_moe", "mixtral")
-# The tiny Llama of checks/hf_bridge.py, as pretrain_gpt.py flags (NullTokenizer's 128 ids: its vocabulary).
+# The tiny Llama of testkit/checks/hf_bridge.py, as pretrain_gpt.py flags (NullTokenizer's 128 ids: its vocabulary).
 HF_LLAMA = [
     "--distributed-backend", "gloo", "--transformer-impl", "local",
     "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128", "--num-attention-heads", "4",

@@ -1,6 +1,6 @@
 """torch-fusions: the torch-native fusions the recipes turn on leave the loss unchanged.
 
-CI: the patched wheel tree; one child process (checks/fusions.py, the fixture fusion_results)
+CI: the patched wheel tree; one child process (testkit/checks/fusions.py, the fixture fusion_results)
 builds a tiny Llama-shaped GPTModel (local spec: RMSNorm, SwiGLU, RoPE, GQA) twice from one seed,
 with and without each fusion, and compares one forward and backward in fp32. The fused functions
 run eagerly there (TORCHDYNAMO_DISABLE=1); the full-tree run with torch.compile is below.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import FP32_LLAMA
+from testkit import harness
+from testkit.flags import FP32_LLAMA
 
 pytest.importorskip("torch")
 pytestmark = [harness.releases_with("torch-fusions"), pytest.mark.every_release]  # one child per release: cheap

@@ -1,12 +1,12 @@
 """triton-optional: megatron.core imports without triton (patches triton-optional, typing-override);
 the pin as released does not. CI: the wheel's megatron/, pristine and patched, in child processes
-(checks/compat.py) with every NVIDIA-only package, triton included, refused as absent."""
+(testkit/checks/compat.py) with every NVIDIA-only package, triton included, refused as absent."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("triton-optional")

@@ -1,11 +1,11 @@
 """vision-local: CLIP and LLaVA build and train on the CPU without Transformer Engine, with the local
-spec (patch vision-norm-without-te). CI: checks/compat.py's vision group on the patched wheel tree."""
+spec (patch vision-norm-without-te). CI: testkit/checks/compat.py's vision group on the patched wheel tree."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
+from testkit import harness
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("vision-local")

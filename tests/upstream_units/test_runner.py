@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.upstream_units import runner
+from testkit.upstream_units import runner
 
 pytest.importorskip("torch")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.upstream_units import runner
+from testkit.upstream_units import runner
 
 pytestmark = pytest.mark.upstream
 

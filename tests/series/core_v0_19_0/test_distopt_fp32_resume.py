@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import FP32_LLAMA
+from testkit import harness
+from testkit.flags import FP32_LLAMA
 
 pytest.importorskip("torch")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rocmpatch.smoke import train_args
 from rocmpatch.smoke.profile import load_profile
-from tests.series.harness import release_of
+from testkit.harness import release_of
 
 PATCHSETS = release_of(__file__).series_dir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.harness import run_checks
+from testkit.harness import run_checks
 
 pytest.importorskip("torch")  # the checks run PyTorch in a child: without it they cannot say anything
 
@@ -18,7 +18,7 @@ DTYPES = list(TOLERANCE)
 
 @pytest.fixture(scope="module")
 def core_results(patched_wheel, tmp_path_factory):
-    return run_checks("core_v0_5_0.part1_checks", "core", patched_wheel, tmp_path_factory.mktemp("core"))
+    return run_checks("checks.core_v0_5_0.part1_checks", "core", patched_wheel, tmp_path_factory.mktemp("core"))
 
 
 def check_case(case: dict, dtype: str) -> None:
@@ -48,7 +48,7 @@ def test_batch_per_block_follows_the_kernel_formula(core_results):
 
 
 def test_compiled_extensions_are_used_when_present(patched_wheel, tmp_path):
-    results = run_checks("core_v0_5_0.part1_checks", "core-kernels", patched_wheel, tmp_path)
+    results = run_checks("checks.core_v0_5_0.part1_checks", "core-kernels", patched_wheel, tmp_path)
     for name in ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda", "scaled_softmax_cuda"):
         assert results[name] == {"calls": ["forward", "backward"], "forward_from_kernel": True, "backward_from_kernel": True}
     assert results["get_batch_per_block"] == 7

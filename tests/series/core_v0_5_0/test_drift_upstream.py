@@ -11,7 +11,7 @@ import pytest
 from rocmpatch import gitcmd, series, store
 from rocmpatch.operations import drift, rebase
 from tests.fixtures import location_of
-from tests.series.harness import release_of
+from testkit.harness import release_of
 
 pytestmark = pytest.mark.upstream
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from rocmpatch import gitcmd
-from tests.series.core_v0_5_0.part1_checks import FULL_TREE_MODULES
-from tests.series.harness import release_of, run_checks, series_applier
+from testkit.checks.core_v0_5_0.part1_checks import FULL_TREE_MODULES
+from testkit.harness import release_of, run_checks, series_applier
 
 RELEASE = release_of(__file__)
 PATCHSETS = RELEASE.series_dir
@@ -55,7 +55,7 @@ def test_part1_patch_files_are_format_patch_output(upstream_mirror, tmp_path, mo
 
 @pytest.fixture(scope="module")
 def patched_results(patched_full, tmp_path_factory):
-    return run_checks("core_v0_5_0.part1_checks", "full", patched_full, tmp_path_factory.mktemp("full"))
+    return run_checks("checks.core_v0_5_0.part1_checks", "full", patched_full, tmp_path_factory.mktemp("full"))
 
 
 @pytest.mark.parametrize("module", FULL_TREE_MODULES)
@@ -64,7 +64,7 @@ def test_patched_tree_imports_without_nvidia_packages(patched_results, module):
 
 
 def test_pristine_tree_does_not_import(pristine_full, tmp_path):
-    results = run_checks("core_v0_5_0.part1_checks", "full", pristine_full, tmp_path)
+    results = run_checks("checks.core_v0_5_0.part1_checks", "full", pristine_full, tmp_path)
     assert "transformer_engine" in results["imports"]["megatron"]
     assert [name for name, value in results["imports"].items() if value == "ok"] == []
     assert "error" in results["args"]

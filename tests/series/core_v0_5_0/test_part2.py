@@ -1,4 +1,4 @@
-"""Part 2 of the series on CPU, one child process per group of tests/series/part2_checks.py.
+"""Part 2 of the series on CPU, one child process per group of testkit/checks/core_v0_5_0/part2_checks.py.
 
 On the wheel's real megatron/core bytes (CI): layer norm and RMSNorm, the gradient-accumulation
 fallback, RoPE, trusted checkpoint loading, a megatron-core GPT (local spec, RoPE, SwiGLU, RMSNorm)
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series.harness import run_checks
+from testkit.harness import run_checks
 
 pytest.importorskip("torch")
 
@@ -59,7 +59,7 @@ def group_results(group, release, request, part2_results, tmp_path_factory) -> d
     name: the tree fixtures below are looked up by name, so the release parameter must be known)."""
     if group not in part2_results:
         tree = request.getfixturevalue(GROUPS[group][0])
-        part2_results[group] = run_checks("core_v0_5_0.part2_checks", group, tree, tmp_path_factory.mktemp(f"part2-{group}"))
+        part2_results[group] = run_checks("checks.core_v0_5_0.part2_checks", group, tree, tmp_path_factory.mktemp(f"part2-{group}"))
     return part2_results[group]
 
 

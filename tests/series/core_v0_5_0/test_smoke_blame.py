@@ -13,7 +13,7 @@ import pytest
 
 from rocmpatch.smoke.runner import Plan, run_stages
 from tests.fixtures import location_of
-from tests.series import harness
+from testkit import harness
 
 pytestmark = pytest.mark.wheel
 pytest.importorskip("torch")  # smoke on CPU needs PyTorch in this Python

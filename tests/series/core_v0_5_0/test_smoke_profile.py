@@ -6,7 +6,7 @@ from __future__ import annotations
 from rocmpatch.smoke import blame, op_checks, train_args
 from rocmpatch.smoke.profile import load_profile
 from tests.fixtures import location_of
-from tests.series.harness import release_of
+from testkit.harness import release_of
 
 PATCHSETS = release_of(__file__).series_dir
 

@@ -1,5 +1,5 @@
 """core_v0.5.0's own training runs (0109 cpu-training) on the whole patched tree
-(ROCMPATCH_TEST_UPSTREAM; 1 process, gloo, mock data, the tiny GPT of tests/series/flags.py):
+(ROCMPATCH_TEST_UPSTREAM; 1 process, gloo, mock data, the tiny GPT of testkit/flags.py):
 megatron-core's GPT with the local spec (0.5.0 must be told --use-mcore-models) trains, and without
 --distributed-backend gloo a run without a GPU stops with the diagnosis. The legacy model's runs are
 tests/series/test_legacy_model.py; 0109's unit checks (DDP, timers, optimizers, clipping) are in
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.series import harness
-from tests.series.flags import LEGACY_LLAMA, TINY_GPT, without
+from testkit import harness
+from testkit.flags import LEGACY_LLAMA, TINY_GPT, without
 from tests.series.test_legacy_model import loss, pretrain_gpt
 
 pytestmark = pytest.mark.upstream

@@ -1,7 +1,7 @@
 """This folder's tests are main-2026-08-22's own: they take the fixture `release` as its release, so
 the shared fixtures of tests/series/conftest.py (patched_wheel, patched_full, ...) build its trees."""
 
-from tests.series.harness import own_release
+from testkit.harness import own_release
 
 
 def pytest_generate_tests(metafunc):

@@ -20,7 +20,7 @@ import subprocess
 
 from rocmpatch.patching import Patch, apply_patch
 from rocmpatch.schema import ReleaseWheel
-from tests.megatron_wheel import wheel_files
+from testkit.megatron_wheel import wheel_files
 
 # The newest megatron-core on PyPI when the pin was taken (no 0.20 pre-release exists; docs/validation.md).
 NEAREST = ReleaseWheel("megatron-core==0.19.2", "3.12")

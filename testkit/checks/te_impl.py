@@ -22,10 +22,6 @@ NORM_VALUE = 1.5  # a norm's weight in the saved checkpoint (an initialized norm
 def init_one_rank() -> None:
     import torch.distributed as dist
 
-    # The checkpoint writer starts a spawned process, which imports this child's __main__
-    # (tests.series.child) again: this repository's tests/, not the full tree's own tests/ package.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     dist.init_process_group("gloo", init_method=f"file://{Path.cwd() / 'dist-store'}", rank=0, world_size=1)
 

@@ -1,5 +1,5 @@
 """Child side of test_moe_ep.py, test_mla.py and test_mtp.py: the pieces DeepSeek-, Qwen3- and Mixtral-shaped models need on
-the CPU path, checked in one process per group (tests/series/child.py: NVIDIA-only modules and
+the CPU path, checked in one process per group (testkit/child.py: NVIDIA-only modules and
 triton refused, the patched tree first on sys.path). Returns plain values; the assertions live in
 those files. Groups:
 - alltoall_ep2: one of two gloo ranks (RANK, WORLD_SIZE=2, MASTER_ADDR/PORT from the test), expert

@@ -1,6 +1,6 @@
 """Child side of test_context_parallel.py: context parallelism without Transformer Engine
 (cp-attention, cp-rope-cpu), as one of two gloo ranks (RANK, WORLD_SIZE=2, MASTER_ADDR/PORT from
-the test; tests/series/child.py: NVIDIA-only modules and triton refused, the patched tree first on
+the test; testkit/child.py: NVIDIA-only modules and triton refused, the patched tree first on
 sys.path). Returns plain numbers; the assertions live in test_context_parallel.py. Groups:
 - attention: context_parallel_attention over the two ranks' zigzag chunks against fp64 attention
   over the whole sequence (output and the query/key/value gradients), GQA, for each

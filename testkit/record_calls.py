@@ -8,7 +8,7 @@ path, so that a CPU run proves which op and which arguments a GPU run would get.
 Each rank writes out.json.<rank> when the script ends: {"sdpa": {signature: count}, "optimizers":
 [{class, fused, foreach}], "rms_norm": count, "scaled_mm": {"<a dtype> x <b dtype>": count}}.
 With ROCMPATCH_RECORD_FP8=emulate each torch._scaled_mm call is computed as the same GEMM on the
-dequantized operands in float32 (what tests/series/checks/fp8.py's gemm group checks the CPU kernel
+dequantized operands in float32 (what testkit/checks/fp8.py's gemm group checks the CPU kernel
 equals), since torch's CPU FP8 kernel is a reference loop far too slow for training runs. A signature is the JSON of is_causal, the attention
 mask's shape (or None), enable_gqa and the query/key head counts of one
 torch.nn.functional.scaled_dot_product_attention call.

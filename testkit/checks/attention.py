@@ -1,6 +1,6 @@
 """Child side of test_sdpa_causal.py: DotProductAttention's SDPA path against its explicit path.
 
-Runs in a fresh process (tests/series/child.py) with the patched tree first on
+Runs in a fresh process (testkit/child.py) with the patched tree first on
 sys.path. CPU only. Three stand-ins, each for something this CPU process cannot have:
 - megatron/core/transformer/moe/ops/paged_stash.py imports triton unguarded at the top; when triton
   is absent and the tree still does so, a stub of that one kernel module goes into sys.modules (no

@@ -1,5 +1,6 @@
-"""The one harness of the series tests, for every release in patchsets/ (a release is data: its
-folder's series.yaml and release.yaml, and its upstream.lock entry; nothing here names one).
+"""The one harness of the series tests and of bench/'s series benchmarks, for every release in
+patchsets/ (a release is data: its folder's series.yaml and release.yaml, and its upstream.lock
+entry; nothing here names one).
 
 - Releases: `releases_with(*features)` parametrises a test over the releases whose release.yaml
   declares every one of `features` (the fixture `release` of tests/series/conftest.py takes the
@@ -8,13 +9,13 @@ folder's series.yaml and release.yaml, and its upstream.lock entry; nothing here
   `not_run_here` (ROCMPATCH_TEST_RELEASES; without it, CI's choice: the default release fully, the
   other releases' tests marked every_release).
 - Trees (`Trees`, one per session, each tree built once and kept on disk): `wheel` is megatron/
-  of the pin from the release's test wheel (tests/megatron_wheel.py; without a wheel, the same
+  of the pin from the release's test wheel (testkit/megatron_wheel.py; without a wheel, the same
   directories read from the mirror, or a skip naming release.yaml's reason), `full` is the whole
   pinned tree of the mirror named by ROCMPATCH_TEST_UPSTREAM. Both take the series, or any part
   of it (`Release.patches(through=..., without=...)`: "without patch X, Y fails naming X"), applied
   with rocmpatch's own patching (full trees: trees.SeriesApplier, as `rocmpatch apply` does).
-- Child checks (`run_checks`, `run_ranks`): tests.series.checks.MODULE.run(groups) against a tree
-  in a fresh process (tests/series/child.py) that refuses NVIDIA-only packages as absent, even
+- Child checks (`run_checks`, `run_ranks`): testkit.checks.MODULE.run(groups) against a tree
+  in a fresh process (testkit/child.py) that refuses NVIDIA-only packages as absent, even
   where installed; `run_ranks` runs it as every rank of one gloo job.
 - CPU training (`pretrain`): torchrun of a tree's pretrain_gpt.py on N processes over gloo, its log
   lines parsed per iteration; on a timeout the whole process group is killed (torchrun and every
@@ -46,9 +47,9 @@ import pytest
 from rocmpatch.patching import Patch
 from rocmpatch.schema import FEATURES, load_series
 from rocmpatch.series import Location, LoadedPatch, Patchsets, find_patchsets, loaded_patch
-from tests.series.trees import apply_series, read_from_mapping, write_files
+from testkit.trees import apply_series, read_from_mapping, write_files
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MIRROR_VARIABLE = "ROCMPATCH_TEST_UPSTREAM"
 RELEASES_VARIABLE = "ROCMPATCH_TEST_RELEASES"  # the releases a session tests fully (not_run_here)
 
@@ -199,10 +200,11 @@ def own_release(metafunc, conftest_file: str) -> None:
 
 
 def release_of(test_file: str) -> Release:
-    """The release of tests/series/<module>/ holding `test_file` (a release's own tests)."""
+    """The release of the folder holding `test_file`: tests/series/<module>/ (a release's own tests)
+    or testkit/checks/<module>/ (their child checks)."""
     folder = Path(test_file).resolve().parent.name
     found = [r for r in releases() if r.module == folder]
-    assert found, f"tests/series/{folder}/ belongs to no release in patchsets/"
+    assert found, f"{folder}/ of {test_file} belongs to no release in patchsets/"
     return found[0]
 
 
@@ -219,7 +221,7 @@ def wheel_files(release: Release) -> dict[str, bytes]:
     """{path: bytes} of megatron/ of the pin as the release's test wheel holds it; a release with
     `wheel: {none: REASON}` reads the same directories from the mirror, or skips saying why."""
     if release.info.wheel is not None:
-        from tests.megatron_wheel import megatron_core_files
+        from testkit.megatron_wheel import megatron_core_files
 
         files = megatron_core_files(release.name)
         if mirror() is not None and not any(path.startswith("megatron/training/") for path in files):
@@ -299,7 +301,7 @@ class Trees:
     def without(self, release: Release, name: str, tree: Path) -> Path:
         """A copy of `tree` (patched by the whole series) with patch `name` reversed: the series
         less that patch, where later patches build on its lines."""
-        from tests.smoke.trees import without_patch
+        from testkit.smoke_trees import without_patch
 
         key = (release.name, "without", str(tree), name)
         if key not in self.built:
@@ -357,9 +359,9 @@ def free_port() -> str:
 
 def run_checks(module: str, groups: str, tree: Path, workdir: Path, *, timeout: int = 600,
                env: dict[str, str] | None = None) -> dict:
-    """Run tests.series.MODULE.run(groups) against `tree` in a fresh process (tests/series/child.py),
+    """Run testkit.MODULE.run(groups) against `tree` in a fresh process (testkit/child.py),
     refusing NVIDIA_ONLY: its JSON dict."""
-    from tests.series.child import run_checks as run_child
+    from testkit.child import run_checks as run_child
 
     return run_child(module, groups, tree, workdir, timeout, env=env, block=NVIDIA_ONLY)
 
@@ -475,7 +477,7 @@ def recorded_run(tree: Path, workdir: Path, args: list[str], iters: int) -> dict
 def trains_on_cpu(tree: Path, *extra: str, iters: int = 8, base: list[str] | None = None, **options) -> Training:
     """trains() of `base` (the tiny Llama by default) for `iters` iterations plus `extra`, on two
     processes over gloo: the CPU line said once."""
-    from tests.series.flags import TINY_LLAMA
+    from testkit.flags import TINY_LLAMA
 
     run = trains(tree, [*(TINY_LLAMA if base is None else base), "--train-iters", str(iters), *extra], **options)
     assert run.output.count(CPU_LINE) == 1, run.tail()

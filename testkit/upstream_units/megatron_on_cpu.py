@@ -1,6 +1,6 @@
 """pytest plugin: Megatron-LM's own tests/unit_tests on a CPU, world size 1 over gloo, no test edited.
 
-Loaded by tests/upstream_units/runner.py as `-p megatron_on_cpu` (its folder on PYTHONPATH), in a
+Loaded by testkit/upstream_units/runner.py as `-p megatron_on_cpu` (its folder on PYTHONPATH), in a
 pytest started in the Megatron-LM tree. It imports nothing from rocmpatch, and it never changes a
 file of the tree: everything below is a change to this process only.
 

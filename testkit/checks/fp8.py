@@ -1,6 +1,6 @@
 """Child side of test_fp8.py: --fp8-format without Transformer Engine (patch fp8-tensorwise-local:
 tensorwise dynamic scaling on torch._scaled_mm), in a fresh process on the patched tree
-(tests/series/child.py), CPU, gloo. Returns plain values; the parent asserts.
+(testkit/child.py), CPU, gloo. Returns plain values; the parent asserts.
 Groups:
 - args: parse_args + validate_args for FP8 command lines: the error or the lines printed; a GPU
   without FP8 GEMMs (gfx90a, CUDA 8.0) and a torch build whose torch._scaled_mm fails, simulated;

@@ -20,7 +20,7 @@ import warnings
 
 
 from rocmpatch.smoke.profile import load_profile
-from tests.series.harness import release_of
+from testkit.harness import release_of
 
 # The training path, as `rocmpatch smoke` imports it (this release's smoke profile), and the
 # megatron-core GPT model.

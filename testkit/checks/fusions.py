@@ -1,7 +1,7 @@
 """Child side of test_torch_fusions.py and test_fused_adamw.py: the torch-native fusions the recipes turn on, against the unfused
 path, on a tiny Llama-shaped GPTModel (local spec, RMSNorm, SwiGLU, RoPE, GQA) of the patched tree.
 
-Runs in a fresh process (tests/series/child.py), CPU, fp32, one rank over gloo. Each group builds the
+Runs in a fresh process (testkit/child.py), CPU, fp32, one rank over gloo. Each group builds the
 same model twice from the same seed, once with a fusion and once without, and returns the loss and
 the largest gradient difference of one forward and backward; what reached the torch ops is recorded
 too (F.rms_norm calls, the optimizer's fused flag). The parent asserts.

@@ -1,7 +1,7 @@
 """Child side of the compatibility features' tests (triton-optional, te-fallback, fusion-fallback,
 help-fixed, vision-local, model-parallel, distopt-resume, cpu-training), checked in one process.
 
-Runs in the child of tests/series/child.py (NVIDIA-only modules refused, the tree first on sys.path), CPU only, and
+Runs in the child of testkit/child.py (NVIDIA-only modules refused, the tree first on sys.path), CPU only, and
 returns plain values; the assertions live in tests/series/test_<feature>.py. Groups (comma-separated, one process):
 - imports: which of megatron.core / megatron.training / ... import, and the error of those that do
   not; on a tree that still imports triton unguarded, that one kernel module is stubbed afterwards

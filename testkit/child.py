@@ -1,11 +1,15 @@
 """Series checks on a Megatron tree, each group in a fresh process: both sides of that process.
 
 The test calls run_checks(module, group, tree, workdir), which runs
-`python -m tests.series.child MODULE GROUP TREE OUT`: the child refuses NVIDIA-only packages before
+`python -m testkit.child MODULE GROUP TREE OUT`: the child refuses NVIDIA-only packages before
 anything is imported (so no result depends on what this machine happens to have installed), puts
-TREE first on sys.path, runs tests.series.MODULE.run(GROUP) (MODULE such as core_v0_5_0.part1_checks) and writes its JSON result to OUT.
+TREE first on sys.path, runs testkit.MODULE.run(GROUP) (MODULE such as checks.attention or
+checks.core_v0_5_0.part1_checks) and writes its JSON result to OUT.
 A fresh process per group keeps pristine and patched trees apart in sys.modules, keeps a hard
-crash or a process group out of pytest, and the test process never imports Megatron.
+crash or a process group out of pytest, and the test process never imports Megatron. The child
+is testkit.child, not a module of tests/: a Megatron tree has a `tests` package of its own, which
+would shadow ours wherever the tree comes first on sys.path (a process the checkpoint writer
+spawns imports this __main__ again with the tree first).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from rocmpatch.smoke.child import NVIDIA_ONLY, put_target_first
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # What a parent torchrun, a CUDA setup or a developer's shell would otherwise pass down.
 INHERITED = ("PYTHONPATH", "CUDA_DEVICE_MAX_CONNECTIONS", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_",
              "NVTE_")
@@ -29,16 +33,16 @@ BLOCK_VARIABLE = "ROCMPATCH_TEST_BLOCK"  # more modules the child refuses, comma
 
 def run_checks(module: str, group: str, tree: Path, workdir: Path, timeout: int = 600, *,
                env: dict[str, str] | None = None, block: tuple[str, ...] = ()) -> dict:
-    """Run one group of tests/series/MODULE.py against tree, in workdir: its JSON result. `block`
+    """Run one group of testkit/MODULE.py against tree, in workdir: its JSON result. `block`
     adds to the NVIDIA-only modules the child refuses; `env` adds to its environment."""
     out = workdir / f"{module.replace('.', '-')}-{group.replace(',', '+')}.json"
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(INHERITED)}
-    # rocmpatch and tests import from ROOT; the child puts the tree before it.
+    # rocmpatch and testkit import from ROOT; the child puts the tree before it.
     child_env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", OMP_NUM_THREADS="2",
                      PYTHONWARNINGS="ignore", PYTHONDONTWRITEBYTECODE="1", **{BLOCK_VARIABLE: ",".join(block)}, **(env or {}))
     env = child_env
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.series.child", module, group, str(tree), str(out)],
+        [sys.executable, "-m", "testkit.child", module, group, str(tree), str(out)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout,
     )
     if not out.exists():
@@ -65,7 +69,7 @@ def main() -> None:
     module, group, tree, out = sys.argv[1:5]
     sys.meta_path.insert(0, BlockNvidiaOnly({name for name in os.environ.get(BLOCK_VARIABLE, "").split(",") if name}))
     put_target_first(tree)
-    result = importlib.import_module(f"tests.series.{module}").run(group)
+    result = importlib.import_module(f"testkit.{module}").run(group)
     Path(out).write_text(json.dumps(result))
 
 
