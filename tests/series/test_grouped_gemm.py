@@ -176,6 +176,22 @@ def test_deepseek_shape_with_grouped_experts_trains_in_bf16(training_tree):
     assert len(re.findall(re.escape(KERNEL_LINE), grouped.output)) == 2, grouped.tail()  # once per process
 
 
+MOE_ACT_RECOMPUTE = ["--recompute-granularity", "selective", "--recompute-modules", "moe_act"]
+
+
+@pytest.mark.upstream
+def test_moe_act_recompute_logs_the_losses_of_the_run_without_it(training_tree):
+    """Mixtral's shape, EP 2, fp32, grouped experts: with the experts' activation recomputed in the
+    backward (its output freed after the forward) the losses are those of the run without it, equal:
+    the recompute runs the same ops on the same inputs."""
+    flags = [*FP32_LLAMA, *MIXTRAL, "--moe-grouped-gemm"]
+    straight = moe_run(training_tree, flags)
+    recomputed = moe_run(training_tree, [*flags, *MOE_ACT_RECOMPUTE])
+    assert sorted(straight.losses) == list(range(1, 7)), straight.tail()
+    assert recomputed.losses == straight.losses, (straight.losses, recomputed.losses)
+    assert recomputed.output.count(KERNEL_LINE) == 2, recomputed.tail()
+
+
 MIXTRAL_EXPERTS = without(MIXTRAL, *EXPERT_PARALLEL_2[::2])  # Mixtral's router and experts, no layout
 LAYOUTS = {  # the model's experts and the layout
     "EP 2 allgather": [*MIXTRAL_EXPERTS, "--moe-token-dispatcher-type", "allgather", "--expert-model-parallel-size", "2"],
