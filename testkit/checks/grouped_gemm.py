@@ -3,7 +3,9 @@ Engine (TorchGroupedMLP: torch's grouped GEMM) against SequentialMLP, in a fresh
 patched tree (tests/series/child.py), CPU, one gloo rank. Returns plain values; the parent asserts.
 Groups:
 - exact: both built from one seed (same weights), one forward and backward with empty experts among
-  the others, in float32 and bfloat16, with SwiGLU, with GeLU; --recompute-modules moe_act refused (it needs TE); the largest output and gradient differences;
+  the others, in float32 and bfloat16, with SwiGLU, with GeLU; the largest output and gradient differences;
+- recompute: --recompute-modules moe_act on and off from one seed: output and gradients, and the
+  bytes the autograd graph holds after the forward; what is still refused (FP8, offloading);
 - kernel: which path ran and what it said (the log records of the grouped module);
 - layer: the local GPT layer spec with and without moe_grouped_gemm: which experts class it builds;
 - state_dict: TorchGroupedMLP's state dict and sharded state dict (keys, shapes, global offsets),
@@ -13,6 +15,7 @@ Groups:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -77,11 +80,16 @@ def canonical(module) -> dict:
     return {(sequential_name(n) if n.startswith("linear_fc") else n): p for n, p in module.named_parameters()}
 
 
-def run_experts(module, cfg, tokens_per_expert):
+def experts_inputs(cfg, tokens_per_expert):
     generator = torch.Generator().manual_seed(7)
     total = sum(tokens_per_expert)
     hidden = torch.randn(total, cfg.hidden_size, generator=generator).to(cfg.params_dtype).requires_grad_()
     probs = torch.rand(total, generator=generator)
+    return generator, hidden, probs
+
+
+def run_experts(module, cfg, tokens_per_expert):
+    generator, hidden, probs = experts_inputs(cfg, tokens_per_expert)
     output, _ = module(hidden, torch.tensor(tokens_per_expert), probs)
     grad = torch.randn(output.shape, generator=generator).to(output.dtype)
     output.backward(grad)
@@ -115,19 +123,91 @@ def exact() -> dict:
     import torch.nn.functional as F
 
     bf16 = torch.bfloat16
-    try:
-        build("grouped", config(recompute_granularity="selective", recompute_modules=["moe_act"], moe_grouped_gemm=True))
-        recompute = None
-    except ValueError as error:
-        recompute = str(error)
     return {
-        "recompute moe_act refused": recompute,
         "swiglu fp32": compare(),
         "swiglu bf16": compare(dtype=bf16),
         "swiglu fused bf16": compare(dtype=bf16, bias_activation_fusion=True),
         "gelu fp32": compare(gated_linear_unit=False, activation_func=F.gelu),
         "all empty bf16": compare(tokens_per_expert=[0] * EXPERTS, dtype=bf16),
         "one expert bf16": compare(tokens_per_expert=[0, 0, 0, 11], dtype=bf16),
+    }
+
+
+def held_after_forward(module, cfg, tokens_per_expert) -> int:
+    """The bytes autograd holds after a forward (the distinct storages of the saved tensors but the
+    parameters'): CheckpointWithoutOutput has freed the activation's output by then. A forward of
+    its own: saved_tensors_hooks hand autograd new tensors, and 0.15's CheckpointWithoutOutput finds
+    its inputs' gradients on the tensors ctx.saved_tensors gives."""
+    _, hidden, probs = experts_inputs(cfg, tokens_per_expert)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        module(hidden, torch.tensor(tokens_per_expert), probs)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved}
+    for parameter in module.parameters():
+        storages.pop(parameter.untyped_storage().data_ptr(), None)
+    return sum(n for ptr, n in storages.items() if ptr)
+
+
+def copy_storage(dst, src) -> None:
+    """What 0.15/0.16's CheckpointWithoutOutput does to restore the recomputed output; 0.17+ makes
+    dst's storage point at src's with a C++ extension compiled at the first recompute (torch
+    load_inline, ~30 CPU s with g++), which the full-tree training runs."""
+    dst.untyped_storage().resize_(src.untyped_storage().nbytes())
+    dst.untyped_storage().copy_(src.untyped_storage())
+
+
+def recompute_case(**overrides) -> dict:
+    """--recompute-modules moe_act on and off, one seed: the grouped experts' output and gradients,
+    and what the autograd graph holds after the forward."""
+    cfg = config(moe_grouped_gemm=True, **overrides)
+    run_experts(build("grouped", cfg), cfg, TOKENS_PER_EXPERT)  # the kernel's probe, outside the counts
+    results, held = {}, []
+    for on in (False, True):
+        cfg = config(moe_grouped_gemm=True, **overrides,
+                     **({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]} if on else {}))
+        module = build("grouped", cfg)
+        held.append(held_after_forward(module, cfg, TOKENS_PER_EXPERT))
+        results[on] = (module.activation_recompute, *run_experts(module, cfg, TOKENS_PER_EXPERT))
+    (flag_off, out_off, dx_off, grads_off), (flag_on, out_on, dx_on, grads_on) = results[False], results[True]
+    return {
+        "recompute": [flag_off, flag_on],
+        "bitwise": torch.equal(out_on, out_off) and torch.equal(dx_on, dx_off)
+        and all(torch.equal(g, grads_off[n]) for n, g in grads_on.items()),
+        "held_bytes": held,
+        # the activation's output: routed tokens x the expert's ffn size
+        "activation_bytes": sum(TOKENS_PER_EXPERT) * cfg.moe_ffn_hidden_size * cfg.params_dtype.itemsize,
+    }
+
+
+def refusal(**overrides) -> str | None:
+    """The error building the grouped experts with moe_act recompute and `overrides` (the config's
+    own or the module's), or None."""
+    try:
+        build("grouped", config(moe_grouped_gemm=True, recompute_granularity="selective",
+                                recompute_modules=["moe_act"], **overrides))
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def recompute() -> dict:
+    import torch.nn.functional as F
+
+    from megatron.core.tensor_parallel import random as tp_random
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if getattr(tp_random, "_share_storage_ext", False) is None:  # 0.17+: stand in for the C++ extension
+        tp_random._share_storage_ext = type("CopyStorage", (), {"share_storage": staticmethod(copy_storage)})
+    bf16 = torch.bfloat16
+    offloading = "fine_grained_activation_offloading" in {f.name for f in dataclasses.fields(TransformerConfig)}
+    return {
+        "swiglu fp32": recompute_case(),
+        "swiglu bf16": recompute_case(dtype=bf16),
+        "swiglu fused bf16": recompute_case(dtype=bf16, bias_activation_fusion=True),
+        "gelu fp32": recompute_case(gated_linear_unit=False, activation_func=F.gelu),
+        "fp8 refused": refusal(fp8="hybrid", fp8_recipe="tensorwise", dtype=bf16),
+        "offloading refused": refusal(fine_grained_activation_offloading=True, offload_modules=["moe_act"])
+        if offloading else "no such option",
     }
 
 

@@ -6,11 +6,13 @@ CI: checks/grouped_gemm.py on the patched wheel tree, one child (the fixture gro
 both classes from one seed, forward and backward with empty experts, fp32 and bf16; the kernel
 said once and the per-expert fallback for shapes the kernel refuses; the local spec's choice; the
 state dict against upstream's TEGroupedLinear layout and SequentialMLP's sharded keys; torch_dist
-saved by one class and loaded by the other.
+saved by one class and loaded by the other; --recompute-modules moe_act on and off (the same output
+and gradients, fewer bytes held after the forward) and what it is still refused with.
 Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py, grouped against sequential in fp32:
 expert parallelism 2 over the alltoall and the allgather dispatchers, tensor parallelism 2 with expert
 tensor parallelism 2, token drop and pad to capacity; a run resumed with the distributed optimizer
-logs the straight run's losses; DeepSeek-V3's shape in bf16.
+logs the straight run's losses; DeepSeek-V3's shape in bf16; --recompute-modules moe_act logs the
+losses of the run without it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ FALLBACK_LINE = "MoE experts (--moe-grouped-gemm, local): torch.nn.functional.gr
 
 @pytest.fixture(scope="module")
 def grouped_results(patched_wheel, child_dir) -> dict:
-    return harness.run_checks("checks.grouped_gemm", "kernel,exact,layer,state_dict,checkpoint", patched_wheel,
-                              child_dir)
+    return harness.run_checks("checks.grouped_gemm", "kernel,exact,recompute,layer,state_dict,checkpoint",
+                              patched_wheel, child_dir)
 
 
 @pytest.mark.parametrize("case", ["swiglu fp32", "swiglu bf16", "swiglu fused bf16", "gelu fp32", "all empty bf16",
@@ -46,8 +48,24 @@ def test_grouped_experts_equal_sequential(grouped_results, case):
     assert result["empty_expert_grads_zero"], result
 
 
-def test_activation_recompute_is_refused_naming_the_flag(grouped_results):
-    assert "--recompute-modules moe_act needs Transformer Engine" in grouped_results["exact"]["recompute moe_act refused"]
+@pytest.mark.parametrize("case", ["swiglu fp32", "swiglu bf16", "swiglu fused bf16", "gelu fp32"])
+def test_moe_act_recompute_gives_the_same_gradients_holding_less(grouped_results, case):
+    """--recompute-modules moe_act (TEGroupedMLP's forward, which the torch experts run): the output
+    and gradients are bitwise those without it on the CPU, and after the forward autograd holds at
+    least the activation's output fewer bytes (fc2 saves that tensor; CheckpointWithoutOutput frees
+    its storage and refills it in the backward). Unfused SwiGLU also drops its intermediates."""
+    result = grouped_results["recompute"][case]
+    assert result["recompute"] == [False, True] and result["bitwise"], result
+    held_without, held_with = result["held_bytes"]
+    assert held_without - held_with >= result["activation_bytes"] > 0, result
+
+
+def test_what_moe_act_recompute_cannot_run_with_is_refused(grouped_results):
+    result = grouped_results["recompute"]
+    assert result["fp8 refused"] is not None, result  # upstream's TransformerConfig, without TE
+    if result["offloading refused"] != "no such option":  # the release has fine-grained offloading
+        assert result["offloading refused"].startswith("--fine-grained-activation-offloading needs Transformer "
+                                                       "Engine"), result
 
 
 def test_kernel_is_said_once_per_dtype_and_a_refused_shape_falls_back_saying_so(grouped_results):
@@ -156,6 +174,22 @@ def test_deepseek_shape_with_grouped_experts_trains_in_bf16(training_tree):
     assert all(abs(grouped.losses[i] - sequential.losses[i]) <= 2e-2 * sequential.losses[i] for i in sequential.losses), \
         (sequential.losses, grouped.losses)
     assert len(re.findall(re.escape(KERNEL_LINE), grouped.output)) == 2, grouped.tail()  # once per process
+
+
+MOE_ACT_RECOMPUTE = ["--recompute-granularity", "selective", "--recompute-modules", "moe_act"]
+
+
+@pytest.mark.upstream
+def test_moe_act_recompute_logs_the_losses_of_the_run_without_it(training_tree):
+    """Mixtral's shape, EP 2, fp32, grouped experts: with the experts' activation recomputed in the
+    backward (its output freed after the forward) the losses are those of the run without it, equal:
+    the recompute runs the same ops on the same inputs."""
+    flags = [*FP32_LLAMA, *MIXTRAL, "--moe-grouped-gemm"]
+    straight = moe_run(training_tree, flags)
+    recomputed = moe_run(training_tree, [*flags, *MOE_ACT_RECOMPUTE])
+    assert sorted(straight.losses) == list(range(1, 7)), straight.tail()
+    assert recomputed.losses == straight.losses, (straight.losses, recomputed.losses)
+    assert recomputed.output.count(KERNEL_LINE) == 2, recomputed.tail()
 
 
 MIXTRAL_EXPERTS = without(MIXTRAL, *EXPERT_PARALLEL_2[::2])  # Mixtral's router and experts, no layout

@@ -2,8 +2,8 @@
 CheckpointWithoutOutput (--recompute-modules layernorm: each layer's input and pre-MLP norms) trains
 and logs the losses of the run without it (patch checkpoint-without-output-no-te; before it, the
 first forward died with "NameError: name 'FP8GlobalStateManager' is not defined"). moe_act, the
-other such module, needs --moe-grouped-gemm, whose torch experts (moe-grouped-gemm-local) still
-refuse it in one line.
+other such module, needs --moe-grouped-gemm: test_grouped_gemm.py tests it with the torch experts
+(moe-grouped-gemm-local).
 
 Full tree only (ROCMPATCH_TEST_UPSTREAM; nothing runs in CI): pretrain_gpt.py on two CPU processes
 over gloo, the tiny Llama in fp32 with an MoE second layer, with and without the recompute; and the
