@@ -20,7 +20,7 @@ PROBE = Path(__file__).resolve().parent / "pretrain_probe.py"
 sys.path.insert(0, str(ROOT))  # this checkout's rocmpatch
 
 # The llama3-8b recipe's flags as `rocmpatch recipe launch` runs them (rocmpatch/recipes/llama3-8b.yaml:
-# tests/bench/test_training_runs.py keeps the two equal), without the data, schedule and layout.
+# tests/bench/test_train_throughput.py keeps the two equal), without the data, schedule and layout.
 FAST_FLAGS = (
     "--position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu "
     "--disable-bias-linear --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 "

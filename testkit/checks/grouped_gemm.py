@@ -1,6 +1,6 @@
 """Child side of test_grouped_gemm.py: the MoE experts of --moe-grouped-gemm without Transformer
 Engine (TorchGroupedMLP: torch's grouped GEMM) against SequentialMLP, in a fresh process on the
-patched tree (tests/series/child.py), CPU, one gloo rank. Returns plain values; the parent asserts.
+patched tree (testkit/child.py), CPU, one gloo rank. Returns plain values; the parent asserts.
 Groups:
 - exact: both built from one seed (same weights), one forward and backward with empty experts among
   the others, in float32 and bfloat16, with SwiGLU, with GeLU; the largest output and gradient differences;

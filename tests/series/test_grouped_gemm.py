@@ -2,7 +2,7 @@
 GEMMs (TorchGroupedMLP: TEGroupedMLP's forward, parameters and sharded state dict, with
 torch.nn.functional.grouped_mm linears; patch moe-grouped-gemm-local), exact against SequentialMLP.
 
-CI: checks/grouped_gemm.py on the patched wheel tree, one child (the fixture grouped_results):
+CI: testkit/checks/grouped_gemm.py on the patched wheel tree, one child (the fixture grouped_results):
 both classes from one seed, forward and backward with empty experts, fp32 and bf16; the kernel
 said once and the per-expert fallback for shapes the kernel refuses; the local spec's choice; the
 state dict against upstream's TEGroupedLinear layout and SequentialMLP's sharded keys; torch_dist
