@@ -490,6 +490,73 @@ def moe_gemms(hybrid: bool) -> dict:
     }
 
 
+@contextlib.contextmanager
+def simulated_scaled_grouped_mm(calls: list):
+    """torch._scaled_grouped_mm as a GPU that has it runs it (the CPU has no kernel): the real op's
+    argument checks on meta tensors (dtypes, layouts, scale shapes), then each group's rows times
+    its expert's matrix on the dequantized operands in fp32 (rowwise scales)."""
+    import torch
+
+    real = torch._scaled_grouped_mm
+
+    def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, out_dtype=None, **kwargs):
+        real(*(t.to("meta") for t in (a, b, scale_a, scale_b)), offs=offs.to("meta"), out_dtype=out_dtype, **kwargs)
+        calls.append([str(a.dtype).removeprefix("torch."), str(b.dtype).removeprefix("torch."), list(a.shape),
+                      list(b.shape)])
+        out, start = torch.empty(a.shape[0], b.shape[2]), 0
+        for group, end in enumerate(offs.tolist()):
+            out[start:end] = (a[start:end].float() * scale_a[start:end, None]) @ (b[group].float() * scale_b[group])
+            start = end
+        return out.to(out_dtype)
+
+    torch._scaled_grouped_mm = scaled_grouped_mm
+    try:
+        yield
+    finally:
+        torch._scaled_grouped_mm = real
+
+
+def moe_scaled_grouped() -> dict:
+    """Where the device has torch._scaled_grouped_mm (simulated): the experts' FP8 forward in one
+    call, equal to the per-expert torch._scaled_mm forward (the same operands and scales); the
+    backward per expert; said once."""
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.transformer.moe import torch_grouped_mlp
+
+    generator = torch.Generator().manual_seed(17)
+    tokens = [37, 0, 21]
+    weights = [(torch.randn(48, 64, generator=generator) * 0.02).to(torch.bfloat16).requires_grad_() for _ in range(3)]
+    x = torch.randn(sum(tokens), 64, generator=generator).to(torch.bfloat16).requires_grad_()
+    recipe = torch_fp8.TensorwiseFp8(hybrid=True)
+    said = set(torch_grouped_mlp._SAID)
+    torch_grouped_mlp._FP8_GROUPED.pop("cpu", None)
+    torch_grouped_mlp._SAID.discard(("cpu", "fp8"))
+    grouped_calls, calls = [], []
+    try:
+        with simulated_scaled_grouped_mm(grouped_calls), torch_fp8.fp8_autocast(recipe):
+            torch_grouped_mlp.runs_scaled_grouped_forward(x.device, recipe)  # its trial, outside the counts
+            grouped_calls.clear()
+            with recorded_scaled_mm(calls):
+                out = torch_grouped_mlp.grouped_linear(x, weights, tokens)
+                forward_calls = len(calls)
+                out.backward(torch.randn(out.shape, generator=generator).to(out.dtype))
+        reference = torch.cat([recipe.forward(rows, w) for rows, w in zip(torch.split(x.detach(), tokens), weights)
+                               if rows.shape[0]])
+    finally:
+        torch_grouped_mlp._FP8_GROUPED.pop("cpu", None)  # later cases find the CPU's own answer again
+        torch_grouped_mlp._SAID.clear()
+        torch_grouped_mlp._SAID.update(said)
+    return {
+        "grouped_calls": [c[:2] for c in grouped_calls],
+        "forward_scaled_mm": forward_calls,
+        "backward_scaled_mm": [c[:2] for c in calls[forward_calls:]],
+        "err": relative(out.detach(), reference.float()),
+        "finite_grads": all(bool(torch.isfinite(w.grad).all()) for w in weights),
+    }
+
+
 def moe_config(**overrides):
     import torch
     import torch.nn.functional as F
@@ -532,7 +599,7 @@ def moe() -> dict:
     log = logging.getLogger(torch_grouped_mlp.__name__)
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    result = {"e4m3": moe_gemms(False), "hybrid": moe_gemms(True)}
+    result = {"e4m3": moe_gemms(False), "hybrid": moe_gemms(True), "scaled_grouped": moe_scaled_grouped()}
     tokens = [21, 0, 16, 7]
     runs = {}
     for name, cfg in (("fp8", moe_config()), ("bf16", moe_config(fp8=None))):

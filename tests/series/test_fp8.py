@@ -87,11 +87,12 @@ def test_tensorwise_runs_saying_so_after_one_fp8_gemm_per_operand_pair(fp8_resul
     assert result["probe_calls"] == pairs
 
 
-MOE_LINE = ("> FP8 without Transformer Engine, MoE: the --moe-grouped-gemm experts' fc1 and fc2 in FP8 (one "
-            "torch._scaled_mm per expert, each expert its own scales), the shared experts as the MLP linear layers; "
-            "the router in its own dtype.")
+MOE_LINE = ("> FP8 without Transformer Engine, MoE: the --moe-grouped-gemm experts' fc1 and fc2 in FP8 (each expert "
+            "its own scales), the shared experts as the MLP linear layers; the router in its own dtype.")
 MOE_FP8_LINE = ("MoE experts (--moe-grouped-gemm, local) in FP8: one torch._scaled_mm per expert with tokens, forward "
-                "and backward, each expert's tensorwise scales (cpu).")
+                "and backward, each expert's tensorwise scales (cpu; torch._scaled_grouped_mm has no cpu kernel).")
+MOE_GROUPED_LINE = ("MoE experts (--moe-grouped-gemm, local) in FP8: the forward one torch._scaled_grouped_mm, the "
+                    "backward one torch._scaled_mm per expert with tokens, each expert's tensorwise scales (cpu).")
 
 
 def test_grouped_experts_say_they_run_in_fp8(fp8_results):
@@ -124,6 +125,17 @@ def test_each_expert_s_fp8_gemm_matches_the_dequantized_reference(fp8_results, r
     assert result["empty_expert"] == {"rows": 0, "wgrad_zero": True}
 
 
+def test_where_the_device_has_scaled_grouped_mm_the_forward_is_one_call(fp8_results):
+    """torch._scaled_grouped_mm simulated on the CPU (the real op's argument checks on meta tensors,
+    then the rowwise-scaled product): the experts' forward is one call, equal to the per-expert
+    torch._scaled_mm forward up to bf16 rounding; the backward per expert (e5m2 gradients); said once."""
+    result = fp8_results["moe"]["scaled_grouped"]
+    assert result["grouped_calls"] == [[E4M3, E4M3]] and result["forward_scaled_mm"] == 0, result
+    assert result["backward_scaled_mm"] == [[E5M2, E4M3]] * 4, result
+    assert result["err"][0] <= 2**-7 and result["finite_grads"], result
+    assert ["INFO", MOE_GROUPED_LINE] in fp8_results["moe"]["module"]["records"]
+
+
 def test_fp8_grouped_experts_are_within_fp8_noise_of_bf16(fp8_results):
     """TorchGroupedMLP from an FP8 config (upstream's TE-version check passed by, TE's padding off):
     2 GEMMs forward and 4 backward per expert with tokens (3 of 4), none in BF16; the output, the
@@ -135,7 +147,7 @@ def test_fp8_grouped_experts_are_within_fp8_noise_of_bf16(fp8_results):
     for largest, norm in (*result["rel_err"].values(), result["grad_rel_err"]):
         assert largest <= 0.15 and norm <= 0.12, result
     assert result["empty_grads_zero"] and not result["active_after"]
-    assert ["INFO", MOE_FP8_LINE] in result["records"], result["records"]
+    assert result["records"][0] == ["INFO", MOE_FP8_LINE], result["records"]  # the CPU's answer, said first
     # Without --moe-grouped-gemm upstream's check stands (validate_args refuses first, above).
     assert fp8_results["moe"]["sequential config"].startswith("ValueError: "), fp8_results["moe"]
 
