@@ -16,8 +16,8 @@ Groups:
 - tp: one rank of a TP 2 + SP job (run_ranks): column- then row-parallel linear in FP8 against the
   same layers in BF16, forward and backward, and the _scaled_mm calls of this rank;
 - te_spec: GPTModels of the Transformer Engine spec without TE (patch te-spec-torch: torch modules
-  under TE's names), Llama- and DeepSeek-shaped (MLA, MTP; dense: without TE upstream's config
-  refuses MoE with FP8), fp8 hybrid
+  under TE's names), Llama- and DeepSeek-shaped (MLA, MTP; dense: MoE in FP8 is the moe group's),
+  fp8 hybrid
   tensorwise: the torch._scaled_mm calls of each module's forward (the output layer's too) and of
   the backward; MLA's duplicated down projection (TorchTELinear) forward, grad-input and grad-weight
   against the GEMMs of their dequantized operands.
@@ -330,7 +330,7 @@ TE_LINEARS = ("TELinear", "TEColumnParallelLinear", "TERowParallelLinear", "TELa
 def te_spec_model(shape: str):
     """A bf16 GPTModel of the TE spec (as frameworks build it) with --fp8-format hybrid --fp8-recipe
     tensorwise; every linear's sides multiples of 16 (the FP8 GEMM's). DeepSeek's shape without its
-    MoE layers: upstream's TransformerConfig refuses MoE with FP8 where TE is below 1.7 (absent here)."""
+    MoE layers (the torch grouped experts in FP8 are the moe group's)."""
     import dataclasses
 
     import torch

@@ -3,13 +3,15 @@ torch._scaled_mm (tensorwise dynamic scaling; patch fp8-tensorwise-local), and r
 what it cannot run.
 
 CI: testkit/checks/fp8.py on the patched wheel tree: one child for the arguments, the GEMM numerics, the
-formats per device and a TransformerBlock's per-layer contexts; a 2-rank gloo job for TP 2 + SP.
+formats per device, a TransformerBlock's per-layer contexts and the torch grouped experts in FP8
+(patch fp8-moe-grouped-local: each expert's GEMMs, the module against BF16); a 2-rank gloo job for
+TP 2 + SP.
 Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py under record_calls.py, which counts
 every torch._scaled_mm call by operand dtypes (the calls a GPU run makes, with the device's formats):
 two iterations on the real CPU kernel; 50 iterations against BF16, a resume and TP 2 + SP with
 ROCMPATCH_RECORD_FP8=emulate, where the recorder computes each call as the same GEMM on the
 dequantized operands (what the gemm group checks it equals), since the CPU kernel is a reference
-loop (about 0.1 s for 128x64x128).
+loop (about 0.1 s for 128x64x128); Mixtral's shape with EP 2 and --moe-grouped-gemm against BF16.
 """
 
 from __future__ import annotations
@@ -325,6 +327,7 @@ def test_mixtral_ep2_grouped_experts_train_in_fp8_within_a_few_percent_of_bf16(t
     bf16 = harness.trains(training_tree, flags, timeout=900)
     fp8, record = fp8_run(training_tree, tmp_path, [*flags, *TENSORWISE], processes=2)
     assert sorted(fp8.losses) == list(range(1, MOE_ITERS + 1)), fp8.tail()
+    print(f"bf16 losses {bf16.losses}\nfp8 losses {fp8.losses}\nscaled_mm {record['scaled_mm']}")
     assert all(abs(fp8.losses[i] - bf16.losses[i]) <= 0.03 * bf16.losses[i] for i in bf16.losses), (bf16.losses,
                                                                                                     fp8.losses)
     steps = MOE_ITERS * 2 * 2  # iterations x layers x micro-batches on this rank (DP 2)
