@@ -16,17 +16,23 @@ Groups:
 - tp: one rank of a TP 2 + SP job (run_ranks): column- then row-parallel linear in FP8 against the
   same layers in BF16, forward and backward, and the _scaled_mm calls of this rank;
 - te_spec: GPTModels of the Transformer Engine spec without TE (patch te-spec-torch: torch modules
-  under TE's names), Llama- and DeepSeek-shaped (MLA, MTP; dense: without TE upstream's config
-  refuses MoE with FP8), fp8 hybrid
+  under TE's names), Llama- and DeepSeek-shaped (MLA, MTP; dense: MoE in FP8 is the moe group's),
+  fp8 hybrid
   tensorwise: the torch._scaled_mm calls of each module's forward (the output layer's too) and of
   the backward; MLA's duplicated down projection (TorchTELinear) forward, grad-input and grad-weight
   against the GEMMs of their dequantized operands.
+- moe: the torch grouped experts under FP8 (patch fp8-moe-grouped-local): each expert's forward,
+  grad-input and grad-weight against the GEMMs of its dequantized operands, with an empty expert;
+  TorchGroupedMLP built from an FP8 config (upstream's TE-version check passed by) against the
+  same weights in BF16, its torch._scaled_mm calls and what it said; the sequential experts'
+  config still refused by upstream's check.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import sys
 import types
@@ -57,6 +63,11 @@ ARG_CASES = {
     "mtp full recompute": [*TENSORWISE, "--recompute-granularity", "full", "--recompute-method", "uniform",
                            "--recompute-num-layers", "1", "--mtp-num-layers", "1"],
     "grouped experts": [*TENSORWISE, "--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm"],
+    "sequential experts": [*TENSORWISE, "--num-experts", "4", "--moe-router-topk", "2"],
+    "router padding": [*TENSORWISE, "--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm",
+                       "--moe-router-padding-for-fp8"],
+    "moe_act recompute": [*TENSORWISE, "--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm",
+                          "--recompute-granularity", "selective", "--recompute-modules", "moe_act"],
     "gfx90a": TENSORWISE,
     "sm80": TENSORWISE,
     "no fp8 gemm in build": TENSORWISE,
@@ -319,7 +330,7 @@ TE_LINEARS = ("TELinear", "TEColumnParallelLinear", "TERowParallelLinear", "TELa
 def te_spec_model(shape: str):
     """A bf16 GPTModel of the TE spec (as frameworks build it) with --fp8-format hybrid --fp8-recipe
     tensorwise; every linear's sides multiples of 16 (the FP8 GEMM's). DeepSeek's shape without its
-    MoE layers: upstream's TransformerConfig refuses MoE with FP8 where TE is below 1.7 (absent here)."""
+    MoE layers (the torch grouped experts in FP8 are the moe group's)."""
     import dataclasses
 
     import torch
@@ -414,6 +425,218 @@ def te_spec() -> dict:
         scale = bf16_ref.abs().max().item()
         result["TorchTELinear"][name] = {"err_dequant": (got.float() - dequant_ref).abs().max().item() / scale,
                                          "err_bf16": (got.float() - bf16_ref).abs().max().item() / scale}
+    return result
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append([record.levelname, record.getMessage()])
+
+
+def relative(got, want) -> list:
+    """[largest difference / largest value, norm of the difference / norm]."""
+    diff = got.float() - want
+    return [diff.abs().max().item() / want.abs().max().item(), (diff.norm() / want.norm()).item()]
+
+
+def moe_gemms(hybrid: bool) -> dict:
+    """grouped_linear under fp8_autocast: 3 experts of [48, 64], 37, 0 and 21 tokens; each expert's
+    three GEMMs against the fp32 GEMM of its own dequantized operands and against fp32 on the
+    unquantized ones (the FP8 rounding), relative to the largest value."""
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.transformer.moe import torch_grouped_mlp
+
+    generator = torch.Generator().manual_seed(13)
+    tokens = [37, 0, 21]
+    weights = [(torch.randn(48, 64, generator=generator) * (0.02 * (i + 1))).to(torch.bfloat16).requires_grad_()
+               for i in range(3)]
+    x = torch.randn(sum(tokens), 64, generator=generator).to(torch.bfloat16).requires_grad_()
+    g = (torch.randn(sum(tokens), 48, generator=generator) * 1e-3).to(torch.bfloat16)
+    recipe = torch_fp8.TensorwiseFp8(hybrid=hybrid)
+    fwd, bwd = recipe.formats(torch.device("cpu"))
+    calls = []
+    with recorded_scaled_mm(calls), torch_fp8.fp8_autocast(recipe):
+        out = torch_grouped_mlp.grouped_linear(x, weights, tokens)
+    forward_calls = len(calls)
+    with recorded_scaled_mm(calls):
+        out.backward(g)
+    errors = {name: {"err_dequant": 0.0, "err_bf16": 0.0} for name in ("forward", "dgrad", "wgrad")}
+    xs, gs, outs, dxs = (torch.split(t.detach(), tokens) for t in (x, g, out, x.grad))
+    for i, (xi, gi, weight) in enumerate(zip(xs, gs, weights)):
+        if not tokens[i]:
+            continue
+        w = weight.detach()
+        xq, wq, gq = torch_fp8.quantize(xi, fwd), torch_fp8.quantize(w, fwd), torch_fp8.quantize(gi, bwd)
+        for name, got, dequant_ref, fp32_ref in (
+                ("forward", outs[i], dequantized(*xq) @ dequantized(*wq).t(), xi.float() @ w.float().t()),
+                ("dgrad", dxs[i], dequantized(*gq) @ dequantized(*wq), gi.float() @ w.float()),
+                ("wgrad", weight.grad, dequantized(*gq).t() @ dequantized(*xq), gi.float().t() @ xi.float())):
+            scale = fp32_ref.abs().max().item()
+            errors[name]["err_dequant"] = max(errors[name]["err_dequant"],
+                                              (got.float() - dequant_ref).abs().max().item() / scale)
+            errors[name]["err_bf16"] = max(errors[name]["err_bf16"], (got.float() - fp32_ref).abs().max().item() / scale)
+    return {
+        **errors,
+        "forward_calls": [c[:2] for c in calls[:forward_calls]],
+        "backward_calls": [c[:2] for c in calls[forward_calls:]],
+        "shapes": [list(out.shape), list(x.grad.shape)],
+        "empty_expert": {"rows": outs[1].shape[0], "wgrad_zero": not weights[1].grad.any().item()},
+    }
+
+
+@contextlib.contextmanager
+def simulated_scaled_grouped_mm(calls: list):
+    """torch._scaled_grouped_mm as a GPU that has it runs it (the CPU has no kernel): the real op's
+    argument checks on meta tensors (dtypes, layouts, scale shapes), then each group's rows times
+    its expert's matrix on the dequantized operands in fp32 (rowwise scales)."""
+    import torch
+
+    real = torch._scaled_grouped_mm
+
+    def scaled_grouped_mm(a, b, scale_a, scale_b, offs=None, out_dtype=None, **kwargs):
+        real(*(t.to("meta") for t in (a, b, scale_a, scale_b)), offs=offs.to("meta"), out_dtype=out_dtype, **kwargs)
+        calls.append([str(a.dtype).removeprefix("torch."), str(b.dtype).removeprefix("torch."), list(a.shape),
+                      list(b.shape)])
+        out, start = torch.empty(a.shape[0], b.shape[2]), 0
+        for group, end in enumerate(offs.tolist()):
+            out[start:end] = (a[start:end].float() * scale_a[start:end, None]) @ (b[group].float() * scale_b[group])
+            start = end
+        return out.to(out_dtype)
+
+    torch._scaled_grouped_mm = scaled_grouped_mm
+    try:
+        yield
+    finally:
+        torch._scaled_grouped_mm = real
+
+
+def moe_scaled_grouped() -> dict:
+    """Where the device has torch._scaled_grouped_mm (simulated): the experts' FP8 forward in one
+    call, equal to the per-expert torch._scaled_mm forward (the same operands and scales); the
+    backward per expert; said once."""
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.transformer.moe import torch_grouped_mlp
+
+    generator = torch.Generator().manual_seed(17)
+    tokens = [37, 0, 21]
+    weights = [(torch.randn(48, 64, generator=generator) * 0.02).to(torch.bfloat16).requires_grad_() for _ in range(3)]
+    x = torch.randn(sum(tokens), 64, generator=generator).to(torch.bfloat16).requires_grad_()
+    recipe = torch_fp8.TensorwiseFp8(hybrid=True)
+    said = set(torch_grouped_mlp._SAID)
+    torch_grouped_mlp._FP8_GROUPED.pop("cpu", None)
+    torch_grouped_mlp._SAID.discard(("cpu", "fp8"))
+    grouped_calls, calls = [], []
+    try:
+        with simulated_scaled_grouped_mm(grouped_calls), torch_fp8.fp8_autocast(recipe):
+            torch_grouped_mlp.runs_scaled_grouped_forward(x.device, recipe)  # its trial, outside the counts
+            grouped_calls.clear()
+            with recorded_scaled_mm(calls):
+                out = torch_grouped_mlp.grouped_linear(x, weights, tokens)
+                forward_calls = len(calls)
+                out.backward(torch.randn(out.shape, generator=generator).to(out.dtype))
+        reference = torch.cat([recipe.forward(rows, w) for rows, w in zip(torch.split(x.detach(), tokens), weights)
+                               if rows.shape[0]])
+    finally:
+        torch_grouped_mlp._FP8_GROUPED.pop("cpu", None)  # later cases find the CPU's own answer again
+        torch_grouped_mlp._SAID.clear()
+        torch_grouped_mlp._SAID.update(said)
+    return {
+        "grouped_calls": [c[:2] for c in grouped_calls],
+        "forward_scaled_mm": forward_calls,
+        "backward_scaled_mm": [c[:2] for c in calls[forward_calls:]],
+        "err": relative(out.detach(), reference.float()),
+        "finite_grads": all(bool(torch.isfinite(w.grad).all()) for w in weights),
+    }
+
+
+def moe_config(**overrides):
+    import torch
+    import torch.nn.functional as F
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = dict(num_layers=1, hidden_size=64, ffn_hidden_size=64, moe_ffn_hidden_size=64, num_attention_heads=4,
+                  num_moe_experts=4, moe_router_topk=2, moe_grouped_gemm=True, gated_linear_unit=True,
+                  activation_func=F.silu, add_bias_linear=False, bias_activation_fusion=False,
+                  gradient_accumulation_fusion=False, hidden_dropout=0.0, params_dtype=torch.bfloat16, bf16=True,
+                  fp8="hybrid", fp8_recipe="tensorwise")
+    kwargs.update(overrides)
+    return TransformerConfig(**kwargs)
+
+
+def moe_module(cfg):
+    """TorchGroupedMLP as the local spec builds it (one seed: the same weights for every config);
+    its fc1 and fc2 outputs and gradients in FP8 under the config's recipe, else in its dtype."""
+    import torch
+
+    from megatron.core.models.backends import LocalSpecProvider
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.moe.moe_utils import get_default_pg_collection
+
+    torch.manual_seed(21)
+    model_parallel_cuda_manual_seed(21)
+    return LocalSpecProvider().grouped_mlp_modules(True)(cfg.num_moe_experts, cfg,
+                                                         pg_collection=get_default_pg_collection())
+
+
+def moe() -> dict:
+    import torch
+
+    from megatron.core.extensions import torch_fp8
+    from megatron.core.transformer.moe import torch_grouped_mlp
+
+    if not torch.distributed.is_initialized():
+        setup(Path(os.getcwd()))
+    handler = Records()
+    log = logging.getLogger(torch_grouped_mlp.__name__)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    result = {"e4m3": moe_gemms(False), "hybrid": moe_gemms(True), "scaled_grouped": moe_scaled_grouped()}
+    tokens = [21, 0, 16, 7]
+    runs = {}
+    for name, cfg in (("fp8", moe_config()), ("bf16", moe_config(fp8=None))):
+        module = moe_module(cfg)
+        generator = torch.Generator().manual_seed(5)
+        hidden = torch.randn(sum(tokens), 64, generator=generator).to(torch.bfloat16).requires_grad_()
+        probs = torch.rand(sum(tokens), generator=generator)
+        calls = []
+        context = torch_fp8.fp8_autocast(torch_fp8.recipe_for(cfg)) if cfg.fp8 else contextlib.nullcontext()
+        with recorded_scaled_mm(calls), context:
+            out, _ = module(hidden, torch.tensor(tokens), probs)
+        forward = len(calls)
+        with recorded_scaled_mm(calls):
+            out.backward(torch.randn(out.shape, generator=generator).to(out.dtype))
+        runs[name] = {"class": type(module).__name__, "module_fp8": module.config.fp8, "layer_fp8": cfg.fp8,
+                      "forward": forward, "backward": len(calls) - forward,
+                      "tensors": [out.detach().float(), hidden.grad.float(),
+                                  *(p.grad.float() for _, p in sorted(module.named_parameters()))],
+                      "empty_grads_zero": all(not getattr(module, f"linear_fc{k}").weight1.grad.any().item()
+                                              for k in (1, 2))}
+    fp8, bf16 = runs["fp8"], runs["bf16"]
+    result["module"] = {
+        **{k: v for k, v in fp8.items() if k != "tensors"},
+        "bf16_calls": bf16["forward"] + bf16["backward"],
+        "rel_err": {"out": relative(fp8["tensors"][0], bf16["tensors"][0]),
+                    "dx": relative(fp8["tensors"][1], bf16["tensors"][1])},
+        "grad_rel_err": [max(errs) for errs in zip(*(relative(a, b) for a, b in zip(fp8["tensors"][2:],
+                                                                                   bf16["tensors"][2:]) if b.any()))],
+        "records": handler.lines,
+        "active_after": torch_fp8.active_recipe() is not None,
+    }
+    log.removeHandler(handler)
+    try:
+        moe_config(moe_grouped_gemm=False)
+        result["sequential config"] = None
+    except ValueError as error:
+        result["sequential config"] = error_text(error)
     return result
 
 

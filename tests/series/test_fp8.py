@@ -3,13 +3,15 @@ torch._scaled_mm (tensorwise dynamic scaling; patch fp8-tensorwise-local), and r
 what it cannot run.
 
 CI: testkit/checks/fp8.py on the patched wheel tree: one child for the arguments, the GEMM numerics, the
-formats per device and a TransformerBlock's per-layer contexts; a 2-rank gloo job for TP 2 + SP.
+formats per device, a TransformerBlock's per-layer contexts and the torch grouped experts in FP8
+(patch fp8-moe-grouped-local: each expert's GEMMs, the module against BF16); a 2-rank gloo job for
+TP 2 + SP.
 Full tree (ROCMPATCH_TEST_UPSTREAM): upstream's pretrain_gpt.py under record_calls.py, which counts
 every torch._scaled_mm call by operand dtypes (the calls a GPU run makes, with the device's formats):
 two iterations on the real CPU kernel; 50 iterations against BF16, a resume and TP 2 + SP with
 ROCMPATCH_RECORD_FP8=emulate, where the recorder computes each call as the same GEMM on the
 dequantized operands (what the gemm group checks it equals), since the CPU kernel is a reference
-loop (about 0.1 s for 128x64x128).
+loop (about 0.1 s for 128x64x128); Mixtral's shape with EP 2 and --moe-grouped-gemm against BF16.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from testkit import harness
-from testkit.flags import TINY_LLAMA
+from testkit.flags import MIXTRAL, TINY_LLAMA
 
 pytest.importorskip("torch")
 pytestmark = harness.releases_with("fp8")
@@ -33,7 +35,7 @@ E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 
 @pytest.fixture(scope="module")
 def fp8_results(patched_wheel, child_dir) -> dict:
-    return harness.run_checks("checks.fp8", "args,gemm,formats,block,te_spec", patched_wheel, child_dir)
+    return harness.run_checks("checks.fp8", "args,gemm,formats,block,te_spec,moe", patched_wheel, child_dir)
 
 
 def error_of(results: dict, case: str) -> str:
@@ -87,9 +89,69 @@ def test_tensorwise_runs_saying_so_after_one_fp8_gemm_per_operand_pair(fp8_resul
     assert result["probe_calls"] == pairs
 
 
-def test_grouped_experts_say_they_stay_in_bf16(fp8_results):
-    assert any(line.startswith("WARNING: --fp8-format without Transformer Engine: the --moe-grouped-gemm experts run in BF16")
-               for line in fp8_results["args"]["grouped experts"]["lines"])
+MOE_LINE = ("> FP8 without Transformer Engine, MoE: the --moe-grouped-gemm experts' fc1 and fc2 in FP8 (each expert "
+            "its own scales), the shared experts as the MLP linear layers; the router in its own dtype.")
+MOE_FP8_LINE = ("MoE experts (--moe-grouped-gemm, local) in FP8: one torch._scaled_mm per expert with tokens, forward "
+                "and backward, each expert's tensorwise scales (cpu; torch._scaled_grouped_mm has no cpu kernel).")
+MOE_GROUPED_LINE = ("MoE experts (--moe-grouped-gemm, local) in FP8: the forward one torch._scaled_grouped_mm, the "
+                    "backward one torch._scaled_mm per expert with tokens, each expert's tensorwise scales (cpu).")
+
+
+def test_grouped_experts_say_they_run_in_fp8(fp8_results):
+    result = fp8_results["args"]["grouped experts"]
+    assert result["error"] is None and MOE_LINE in result["lines"], result
+
+
+@pytest.mark.parametrize("case, says", [
+    ("sequential experts", "--num-experts with --fp8-format needs --moe-grouped-gemm without Transformer Engine"),
+    ("router padding", "--moe-router-padding-for-fp8 pads the routing for Transformer Engine's FP8 grouped GEMM"),
+    ("moe_act recompute", "--recompute-modules moe_act with --fp8-format needs Transformer Engine")])
+def test_what_moe_fp8_cannot_run_without_te_is_refused_naming_the_flag(fp8_results, case, says):
+    error = error_of(fp8_results, case)
+    assert error.startswith(f"RuntimeError: {says}"), error
+
+
+@pytest.mark.parametrize("recipe", ["e4m3", "hybrid"])
+@pytest.mark.parametrize("gemm", ["forward", "dgrad", "wgrad"])
+def test_each_expert_s_fp8_gemm_matches_the_dequantized_reference(fp8_results, recipe, gemm):
+    """The torch grouped experts under FP8 (fp8-moe-grouped-local), 37, 0 and 21 tokens: each expert
+    with tokens runs TensorwiseFp8's GEMM (one torch._scaled_mm, its own scales), equal to the GEMM
+    of its dequantized operands up to the bf16 output; the expert without tokens runs none."""
+    result = fp8_results["moe"][recipe]
+    grad_format = E5M2 if recipe == "hybrid" else E4M3
+    assert result["forward_calls"] == [[E4M3, E4M3]] * 2, result
+    assert result["backward_calls"] == [[grad_format, E4M3]] * 4, result  # dgrad of each, then wgrad of each
+    assert result["shapes"] == [[58, 48], [58, 64]]
+    assert result[gemm]["err_dequant"] <= 2**-8, result
+    assert result[gemm]["err_bf16"] <= (0.1 if gemm != "forward" and grad_format == E5M2 else 0.06), result
+    assert result["empty_expert"] == {"rows": 0, "wgrad_zero": True}
+
+
+def test_where_the_device_has_scaled_grouped_mm_the_forward_is_one_call(fp8_results):
+    """torch._scaled_grouped_mm simulated on the CPU (the real op's argument checks on meta tensors,
+    then the rowwise-scaled product): the experts' forward is one call, equal to the per-expert
+    torch._scaled_mm forward up to bf16 rounding; the backward per expert (e5m2 gradients); said once."""
+    result = fp8_results["moe"]["scaled_grouped"]
+    assert result["grouped_calls"] == [[E4M3, E4M3]] and result["forward_scaled_mm"] == 0, result
+    assert result["backward_scaled_mm"] == [[E5M2, E4M3]] * 4, result
+    assert result["err"][0] <= 2**-7 and result["finite_grads"], result
+    assert ["INFO", MOE_GROUPED_LINE] in fp8_results["moe"]["module"]["records"]
+
+
+def test_fp8_grouped_experts_are_within_fp8_noise_of_bf16(fp8_results):
+    """TorchGroupedMLP from an FP8 config (upstream's TE-version check passed by, TE's padding off):
+    2 GEMMs forward and 4 backward per expert with tokens (3 of 4), none in BF16; the output, the
+    input's and the weights' gradients within FP8 rounding of the same weights in BF16 (two GEMMs
+    and SwiGLU deep; e5m2 gradients keep 2 mantissa bits); said once which ran."""
+    result = fp8_results["moe"]["module"]
+    assert result["class"] == "TorchGroupedMLP" and result["layer_fp8"] == "hybrid" and result["module_fp8"] is None
+    assert (result["forward"], result["backward"], result["bf16_calls"]) == (6, 12, 0), result
+    for largest, norm in (*result["rel_err"].values(), result["grad_rel_err"]):
+        assert largest <= 0.15 and norm <= 0.12, result
+    assert result["empty_grads_zero"] and not result["active_after"]
+    assert result["records"][0] == ["INFO", MOE_FP8_LINE], result["records"]  # the CPU's answer, said first
+    # Without --moe-grouped-gemm upstream's check stands (validate_args refuses first, above).
+    assert fp8_results["moe"]["sequential config"].startswith("ValueError: "), fp8_results["moe"]
 
 
 @pytest.mark.parametrize("recipe", ["e4m3", "hybrid", "hybrid, 37 tokens"])
@@ -250,6 +312,28 @@ def test_fp8_trains_with_tensor_parallel_2_and_sequence_parallel(training_tree, 
                           processes=2)
     harness.assert_learns(run.losses, 4, by=0.0)
     assert record["scaled_mm"][f"{E4M3} x {E4M3}"] == 4 * 8 * 4 + 1, record["scaled_mm"]
+
+
+MOE_ITERS = 6
+
+
+@pytest.mark.upstream
+def test_mixtral_ep2_grouped_experts_train_in_fp8_within_a_few_percent_of_bf16(training_tree, tmp_path):
+    """Mixtral's shape (every layer MoE, 4 experts, top 2), EP 2 on two processes, bf16 with
+    --moe-grouped-gemm: the FP8 run's experts call torch._scaled_mm (rank 0: 2 local experts x fc1
+    and fc2 x 2 layers x 2 micro-batches per iteration, beside the attention's QKV and projection),
+    said once per process, and every loss is within 3% of the BF16 run's."""
+    flags = [*TINY_LLAMA, *MIXTRAL, "--moe-grouped-gemm", "--train-iters", str(MOE_ITERS), "--lr-warmup-iters", "1"]
+    bf16 = harness.trains(training_tree, flags, timeout=900)
+    fp8, record = fp8_run(training_tree, tmp_path, [*flags, *TENSORWISE], processes=2)
+    assert sorted(fp8.losses) == list(range(1, MOE_ITERS + 1)), fp8.tail()
+    assert all(abs(fp8.losses[i] - bf16.losses[i]) <= 0.03 * bf16.losses[i] for i in bf16.losses), (bf16.losses,
+                                                                                                    fp8.losses)
+    steps = MOE_ITERS * 2 * 2  # iterations x layers x micro-batches on this rank (DP 2)
+    attention, experts = 2 * steps, 2 * 2 * steps
+    assert record["scaled_mm"] == {f"{E4M3} x {E4M3}": attention + experts + 1,
+                                   f"{E5M2} x {E4M3}": 2 * (attention + experts) + 1}, record["scaled_mm"]
+    assert fp8.output.count(MOE_FP8_LINE) == 2 and MOE_LINE in fp8.output, fp8.tail()
 
 
 def test_smoke_fp8_gemm_case_names_the_formats(smoke_wheel_report):
