@@ -15,6 +15,9 @@ The whole API:
                             it too: no line numbers (errors name the file and the key path), each
                             scalar tagged by its Python type
     where(path, line, key)  the "FILE:LINE: KEY" an error starts with, for one raised without a Node
+    composed(path)          the file's text and its composed yaml.Node tree (line marks), for a program
+                            that edits the text by lines (rebase_results), read as safely as the rest
+    dump(data)              YAML text for a file rocmpatch writes (the locks), keys in the order given
 
     Node                    a value with its place: .value (a scalar's text, list[Node], or
                             dict[str, Node]), .line, .key (the key path: "series[0].name"), .path,
@@ -150,6 +153,12 @@ def _to_node(path: Path, node: yaml.Node, key: str) -> Node:
 
 def compose(path: Path) -> yaml.Node | None:
     """The composed YAML document of `path`, read safely (see above), or None for an empty file."""
+    return composed(path)[1]
+
+
+def composed(path: Path) -> tuple[str, yaml.Node | None]:
+    """`path`'s text and its composed YAML document from the same read (see above): for editing the
+    text by the nodes' line marks."""
     data = read_regular_file(path, limit=MAX_TEXT_FILE, what="YAML file")
     try:
         text = data.decode("utf-8")
@@ -169,7 +178,7 @@ def compose(path: Path) -> yaml.Node | None:
                                        hint="these files are flat: flatten it")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
-        return yaml.compose(text, Loader=YAML_LOADER)
+        return text, yaml.compose(text, Loader=YAML_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         place = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -178,10 +187,10 @@ def compose(path: Path) -> yaml.Node | None:
 
 def read_document(path: Path) -> Node:
     """The root Node of `path`; an empty file (no document) is an error."""
-    composed = compose(path)
-    if composed is None:
+    root = compose(path)
+    if root is None:
         raise InvalidInput(path, "the file is empty")
-    return _to_node(path, composed, "")
+    return _to_node(path, root, "")
 
 
 def plain_document(path: Path, data: Any, key: str = "") -> Node:

@@ -98,7 +98,7 @@ def carried_release_info(path: Path, source_release: str) -> str:
                    "# it against this tree's layout); add this tree's test wheel (docs/adding-a-release.md); nothing\n"
                    "# has been validated on this tree yet.\n"
                    "validated: []\n")
-    text, root = _composed(path)
+    text, root = yamlio.composed(path)
     lines = text.splitlines(keepends=True)
     pairs = root.value if root is not None and isinstance(root.value, list) else []
     keys = [key for key, _ in pairs]
@@ -125,7 +125,7 @@ def _line_span(starts: list, index: int, last) -> tuple[int, int]:
 
 def without_entries(path: Path, names: set[str]) -> str:
     """series.yaml's text with the entries named `names` cut out, everything else (comments too) kept."""
-    text, root = _composed(path)
+    text, root = yamlio.composed(path)
     if not names:
         return text
     items = dict((k.value, v) for k, v in root.value)["series"].value
@@ -136,8 +136,3 @@ def without_entries(path: Path, names: set[str]) -> str:
         if name in names:
             cut.update(range(*_line_span(items, index, item)))
     return "".join(line for number, line in enumerate(lines) if number not in cut)
-
-
-def _composed(path: Path):
-    """The file's text and its YAML document composed by yamlio (safe reading; nodes with their marks)."""
-    return path.read_text(encoding="utf-8"), yamlio.compose(path)
