@@ -38,6 +38,8 @@ import sys
 import types
 from pathlib import Path
 
+from testkit.checks import gloo
+
 BASE_ARGV = [
     "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
     "--seq-length", "64", "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size", "4",
@@ -210,15 +212,10 @@ def formats() -> dict:
     return result
 
 
-def setup(workdir: Path, rank: int = 0, world_size: int = 1, tp: int = 1) -> None:
-    import torch.distributed as dist
-
+def setup(workdir: Path, tp: int = 1) -> None:
     from megatron.core import parallel_state
 
-    if world_size == 1:
-        dist.init_process_group("gloo", init_method=f"file://{workdir / 'dist-store'}", rank=0, world_size=1)
-    else:
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    gloo.join(workdir)
     parallel_state.initialize_model_parallel(tp, 1)
 
 
@@ -288,7 +285,7 @@ def tp() -> dict:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    setup(Path(os.getcwd()), rank, world, tp=world)
+    setup(Path(os.getcwd()), tp=world)
     cfg = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, bf16=True, params_dtype=torch.bfloat16,
                             sequence_parallel=True, tensor_model_parallel_size=world,
                             gradient_accumulation_fusion=False)
@@ -331,8 +328,6 @@ def te_spec_model(shape: str):
     """A bf16 GPTModel of the TE spec (as frameworks build it) with --fp8-format hybrid --fp8-recipe
     tensorwise; every linear's sides multiples of 16 (the FP8 GEMM's). DeepSeek's shape without its
     MoE layers (the torch grouped experts in FP8 are the moe group's)."""
-    import dataclasses
-
     import torch
 
     from megatron.core.models.gpt import GPTModel

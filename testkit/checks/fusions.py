@@ -12,18 +12,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from testkit.checks import gloo
+
 SEQ, BATCH, VOCAB = 32, 2, 256
 
 
 def setup(workdir: Path) -> None:
     global torch, F, parallel_state
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
 
     from megatron.core import parallel_state
 
-    dist.init_process_group("gloo", init_method=f"file://{workdir / 'dist-store'}", rank=0, world_size=1)
+    gloo.join(workdir)
     parallel_state.initialize_model_parallel(1, 1)
 
 

@@ -22,6 +22,8 @@ import logging
 import os
 from pathlib import Path
 
+from testkit.checks import gloo
+
 HIDDEN, FFN, EXPERTS = 32, 48, 4
 TOKENS_PER_EXPERT = [5, 0, 9, 0]  # experts 1 and 3 get nothing
 
@@ -29,11 +31,10 @@ TOKENS_PER_EXPERT = [5, 0, 9, 0]  # experts 1 and 3 get nothing
 def setup(workdir: Path) -> None:
     global torch
     import torch
-    import torch.distributed as dist
 
     from megatron.core import parallel_state
 
-    dist.init_process_group("gloo", init_method=f"file://{workdir / 'dist-store'}", rank=0, world_size=1)
+    gloo.join(workdir)
     parallel_state.initialize_model_parallel(1, 1)
 
 

@@ -16,14 +16,14 @@ import os
 import sys
 from pathlib import Path
 
+from testkit.checks import gloo
+
 NORM_VALUE = 1.5  # a norm's weight in the saved checkpoint (an initialized norm holds 1.0)
 
 
 def init_one_rank() -> None:
-    import torch.distributed as dist
-
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    dist.init_process_group("gloo", init_method=f"file://{Path.cwd() / 'dist-store'}", rank=0, world_size=1)
+    gloo.join()
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")  # what Megatron's argument parsing reads
 
 
 def check_save() -> dict:

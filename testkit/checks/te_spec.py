@@ -27,6 +27,8 @@ import logging
 import os
 from pathlib import Path
 
+from testkit.checks import gloo
+
 from rocmpatch.smoke.op_checks import local_to_te
 
 VOCAB, SEQ, BATCH = 128, 16, 2
@@ -36,15 +38,11 @@ UPSTREAM_PROVIDER = "TE_SPEC_UPSTREAM_PROVIDER"  # the pristine tree's transform
 def setup(workdir: Path, tp: int = 1) -> None:
     global torch, F
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
 
     from megatron.core import parallel_state
 
-    if "RANK" in os.environ:
-        dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    else:
-        dist.init_process_group("gloo", init_method=f"file://{workdir / 'dist-store'}", rank=0, world_size=1)
+    gloo.join(workdir)
     parallel_state.initialize_model_parallel(tp, 1)
 
 
